@@ -1,0 +1,22 @@
+# Third-party libraries, all from the distribution (Debian package names in README.md).
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(ZLIB REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)
+
+# OpenBLAS, the OpenMP build, so its threads and gradus's share one OpenMP pool.
+find_path(GRADUS_OPENBLAS_INCLUDE_DIR cblas.h
+  PATHS /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/aarch64-linux-gnu/openblas-openmp
+        /usr/include/openblas /usr/include
+  NO_DEFAULT_PATH)
+find_library(GRADUS_OPENBLAS_LIBRARY NAMES openblas
+  PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp)
+if(NOT GRADUS_OPENBLAS_INCLUDE_DIR OR NOT GRADUS_OPENBLAS_LIBRARY)
+  message(FATAL_ERROR "OpenBLAS not found: install Debian's libopenblas-openmp-dev")
+endif()
+if(NOT TARGET gradus_openblas)
+  add_library(gradus_openblas INTERFACE)
+  target_include_directories(gradus_openblas SYSTEM INTERFACE ${GRADUS_OPENBLAS_INCLUDE_DIR})
+  target_link_libraries(gradus_openblas INTERFACE ${GRADUS_OPENBLAS_LIBRARY})
+endif()
+message(STATUS "gradus: OpenBLAS ${GRADUS_OPENBLAS_LIBRARY}")

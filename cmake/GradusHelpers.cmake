@@ -1,0 +1,36 @@
+# gradus_library(NAME SOURCES ... DEPS ...): one layer as a static library with the project's
+# warnings, an alias gradus::NAME, and the public include directory.
+function(gradus_set_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-unused-parameter>
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${GRADUS_WERROR}>>:-Werror>)
+  if(GRADUS_NATIVE)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+  endif()
+  if(GRADUS_SANITIZE)
+    target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+endfunction()
+
+function(gradus_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  if(NOT ARG_SOURCES)
+    # A layer still being written has no sources yet: an empty interface target keeps the graph.
+    add_library(gradus_${name} INTERFACE)
+    add_library(gradus::${name} ALIAS gradus_${name})
+    set_target_properties(gradus_${name} PROPERTIES EXPORT_NAME ${name})
+    target_link_libraries(gradus_${name} INTERFACE ${ARG_PUBLIC_DEPS})
+    set_property(GLOBAL APPEND PROPERTY GRADUS_LIBRARIES gradus_${name})
+    return()
+  endif()
+  add_library(gradus_${name} STATIC ${ARG_SOURCES})
+  add_library(gradus::${name} ALIAS gradus_${name})
+  set_target_properties(gradus_${name} PROPERTIES EXPORT_NAME ${name})
+  target_include_directories(gradus_${name}
+    PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>
+    PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(gradus_${name} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  gradus_set_warnings(gradus_${name})
+  set_property(GLOBAL APPEND PROPERTY GRADUS_LIBRARIES gradus_${name})
+endfunction()

@@ -1,0 +1,47 @@
+// Reverse-mode automatic differentiation: grad mode, backward, grad.
+#pragma once
+
+#include <vector>
+
+#include "gradus/core/tensor.h"
+
+namespace gradus {
+
+bool is_grad_enabled();
+void set_grad_enabled(bool enabled);
+
+// Disables graph recording in its scope (inference, optimizer updates).
+class NoGradGuard {
+ public:
+  NoGradGuard() : previous_(is_grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(previous_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+class EnableGradGuard {
+ public:
+  EnableGradGuard() : previous_(is_grad_enabled()) { set_grad_enabled(true); }
+  ~EnableGradGuard() { set_grad_enabled(previous_); }
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Accumulates d(sum of outputs * grad_outputs)/d(leaf) into every reachable leaf's .grad.
+// grad_outputs may be empty when every output is a scalar (then 1 is used).
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
+              bool retain_graph = false);
+
+// Returns the gradients w.r.t. `inputs` without touching any .grad. An input the outputs do not
+// depend on gives an error unless allow_unused (then an undefined Tensor).
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
+                         bool allow_unused = false);
+
+}  // namespace gradus

@@ -1,0 +1,52 @@
+// A reference-counted device buffer. Views of a tensor share one Storage.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+
+#include "gradus/core/device.h"
+
+namespace gradus {
+
+// Allocates raw bytes on one device type. The CPU allocator always exists; the CUDA backend
+// registers its stream-ordered pool allocator when it is built.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t nbytes, int device_index) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes, int device_index) = 0;
+};
+
+void register_allocator(DeviceType type, Allocator* allocator);
+Allocator* allocator_for(DeviceType type);  // throws DeviceError if the device type is not built
+
+class StorageImpl {
+ public:
+  StorageImpl(size_t nbytes, Device device);
+  // Wraps memory owned by someone else (no free on destruction).
+  StorageImpl(void* external, size_t nbytes, Device device);
+  ~StorageImpl();
+  StorageImpl(const StorageImpl&) = delete;
+  StorageImpl& operator=(const StorageImpl&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+  // Bumped by every in-place write through any view; autograd compares it with the value seen
+  // when a tensor was saved for backward.
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  bool owned_ = true;
+  std::atomic<uint64_t> version_{0};
+};
+
+using Storage = std::shared_ptr<StorageImpl>;
+
+}  // namespace gradus
