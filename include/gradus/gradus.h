@@ -1,0 +1,24 @@
+// The umbrella header: everything a training program needs.
+#pragma once
+
+#include "gradus/autograd.h"
+#include "gradus/core/device.h"
+#include "gradus/core/dtype.h"
+#include "gradus/core/error.h"
+#include "gradus/core/random.h"
+#include "gradus/core/shape.h"
+#include "gradus/core/tensor.h"
+#include "gradus/core/threads.h"
+#include "gradus/ops.h"
+#if __has_include("gradus/nn/nn.h")
+#include "gradus/nn/nn.h"
+#endif
+#if __has_include("gradus/optim/optim.h")
+#include "gradus/optim/optim.h"
+#endif
+#if __has_include("gradus/data/data.h")
+#include "gradus/data/data.h"
+#endif
+#if __has_include("gradus/io/io.h")
+#include "gradus/io/io.h"
+#endif
