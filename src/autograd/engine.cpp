@@ -157,7 +157,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                  "grad: input ", i, " does not require grad");
     capture.push_back(autograd::gradient_edge(inputs[i]));
   }
-  TensorList result = autograd::run_backward(autograd::make_roots(outputs, grad_outputs, "grad"),
+  autograd::TensorList result = autograd::run_backward(autograd::make_roots(outputs, grad_outputs, "grad"),
                                              retain_graph, capture);
   for (size_t i = 0; i < result.size(); ++i) {
     GRADUS_CHECK(result[i].defined() || allow_unused, AutogradError, "grad: input ", i,

@@ -1,0 +1,7 @@
+// gradus::data: datasets, the DataLoader and file readers.
+#pragma once
+
+#include "gradus/data/dataloader.h"
+#include "gradus/data/dataset.h"
+#include "gradus/data/idx.h"
+#include "gradus/data/mnist.h"

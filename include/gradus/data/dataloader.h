@@ -1,0 +1,111 @@
+// DataLoader: iterates over a Dataset in batches, one epoch per range-for loop.
+//
+//   data::DataLoader loader(dataset, {.batch_size = 128, .shuffle = true, .seed = 1});
+//   for (int epoch = 0; epoch < 10; ++epoch)
+//     for (data::Example& batch : loader) { ... batch.input, batch.target ... }
+//
+// Shuffling: the order of epoch e is a pure function of (seed, e): a Fisher-Yates shuffle of
+// 0..N-1 driven by std::mt19937_64 seeded with splitmix64(seed, e) (the standard fixes
+// mt19937_64's output, and the bounded draws are gradus's own, so the order is the same with
+// every compiler and standard library). It does not touch gradus's global generator.
+//
+// Position: the loader is a cursor (epoch, batch) pointing at the next batch it will yield.
+// Each yielded batch advances it; finishing an epoch moves it to (epoch + 1, 0), so consecutive
+// loops see consecutive epochs. A loop left early leaves the cursor at the first batch not yet
+// yielded, and the next loop continues from there. For checkpoints, save position() after a
+// training step and restore it with set_position(): the remaining batches are the same ones.
+//
+// Workers: with num_workers >= 1, background threads load batches (dataset->get_batch, then the
+// copy to `device`) into a bounded queue while the caller trains; batches are still yielded in
+// order. At most max(prefetch, num_workers) batches are loaded ahead of the one being used. An
+// exception thrown while loading a batch is rethrown in the loop when that batch is reached.
+// Leaving the loop early (break, exception) stops and joins the workers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gradus/core/device.h"
+#include "gradus/data/dataset.h"
+
+namespace gradus::data {
+
+struct DataLoaderOptions {
+  int64_t batch_size = 32;
+  bool shuffle = false;
+  uint64_t seed = 0;
+  bool drop_last = false;  // drop the final batch when it has fewer than batch_size examples
+  int64_t prefetch = 2;    // queue depth (batches loaded ahead), >= 1
+  Device device = Device::cpu();  // batches are moved here
+  int num_workers = 1;            // loading threads; 0 = load in the calling thread
+};
+
+struct LoaderPosition {
+  int64_t epoch = 0;
+  int64_t batch = 0;  // index within the epoch of the next batch to yield
+  friend bool operator==(const LoaderPosition&, const LoaderPosition&) = default;
+};
+
+// The sample order of one epoch (pure function of its arguments): 0..n-1 shuffled.
+std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed, int64_t epoch);
+
+class DataLoader {
+ public:
+  class EpochRun;  // one pass over an epoch (internal)
+  struct Sentinel {};
+  class Iterator {
+   public:
+    using value_type = Example;
+    using difference_type = std::ptrdiff_t;
+    explicit Iterator(std::unique_ptr<EpochRun> run);
+    Iterator(Iterator&&) noexcept;
+    Iterator& operator=(Iterator&&) noexcept;
+    ~Iterator();  // stops and joins the workers of an unfinished epoch
+
+    Example& operator*() const;
+    Example* operator->() const { return &**this; }
+    Iterator& operator++();
+    void operator++(int) { ++*this; }
+    bool operator==(Sentinel) const;
+
+   private:
+    std::unique_ptr<EpochRun> run_;
+  };
+
+  // Throws ValueError on a null dataset, batch_size < 1, prefetch < 1 or num_workers < 0.
+  DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options = {});
+  ~DataLoader();
+  // Iterators point into the loader: it can be neither copied nor moved.
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // Starts (or continues) the epoch at position(). Only one loop may run at a time: calling
+  // begin() while another iterator of this loader is alive throws ValueError.
+  Iterator begin();
+  Sentinel end() const { return {}; }
+
+  int64_t size() const;  // batches per epoch
+  const Dataset& dataset() const { return *dataset_; }
+  const DataLoaderOptions& options() const { return options_; }
+
+  // The next loop runs epoch `epoch` from its first batch.
+  void set_epoch(int64_t epoch) { set_position({epoch, 0}); }
+  // The next loop runs epoch p.epoch starting at batch p.batch (0 <= p.batch <= size()).
+  void set_position(LoaderPosition p);
+  LoaderPosition position() const { return position_; }
+  int64_t epoch() const { return position_.epoch; }
+  // Dataset indices of batch `batch` of epoch `epoch` (what that batch will hold).
+  std::vector<int64_t> batch_indices(int64_t epoch, int64_t batch) const;
+
+ private:
+  friend class EpochRun;
+  std::vector<int64_t> epoch_order(int64_t epoch) const;
+
+  std::shared_ptr<Dataset> dataset_;
+  DataLoaderOptions options_;
+  LoaderPosition position_;
+  bool running_ = false;
+};
+
+}  // namespace gradus::data

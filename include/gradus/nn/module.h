@@ -1,0 +1,162 @@
+// nn::Module: the base of every layer and model. A module owns named parameters (trainable
+// tensors), buffers (state that is saved but not trained, e.g. BatchNorm's running statistics) and
+// child modules, all kept in registration order. Hierarchical names are identical to PyTorch's
+// state_dict names ("features.1.running_mean"), so weights move between the two by name.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <iosfwd>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "gradus/core/tensor.h"
+
+namespace gradus::nn {
+
+// An insertion-ordered name -> Tensor map (what state_dict() returns and load_state_dict()
+// takes). Converts implicitly from std::map (sorted by name) and from a vector of pairs.
+class StateDict {
+ public:
+  using Item = std::pair<std::string, Tensor>;
+
+  StateDict() = default;
+  StateDict(const std::map<std::string, Tensor>& items);  // NOLINT: implicit on purpose
+  StateDict(std::vector<Item> items);                     // NOLINT: implicit on purpose
+  StateDict(std::initializer_list<Item> items);
+
+  // Appends (name, t); throws ValueError if the name is already present.
+  void insert(const std::string& name, const Tensor& t);
+  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  // Throws ValueError naming the key if absent.
+  const Tensor& at(const std::string& name) const;
+  // nullptr when absent.
+  const Tensor* find(const std::string& name) const;
+  std::vector<std::string> keys() const;
+  size_t size() const { return items_.size(); }
+  bool empty() const { return items_.empty(); }
+  std::vector<Item>::const_iterator begin() const { return items_.begin(); }
+  std::vector<Item>::const_iterator end() const { return items_.end(); }
+  const std::vector<Item>& items() const { return items_; }
+
+ private:
+  std::vector<Item> items_;
+  std::unordered_map<std::string, size_t> index_;
+};
+
+// What load_state_dict found (strict mode throws instead of returning a non-empty result).
+struct LoadResult {
+  std::vector<std::string> missing_keys;     // in the module, not in the state dict
+  std::vector<std::string> unexpected_keys;  // in the state dict, not in the module
+  // "name: checkpoint [a, b] vs model [c, d]"; these entries were not loaded.
+  std::vector<std::string> mismatched_keys;
+  bool ok() const {
+    return missing_keys.empty() && unexpected_keys.empty() && mismatched_keys.empty();
+  }
+};
+
+class Module : public std::enable_shared_from_this<Module> {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  // Modules hold tensor handles: a copy would silently share parameters, so there is none.
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // The computation. The default throws (containers such as ModuleList have none).
+  virtual Tensor forward(const Tensor& x);
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  // ---- registration (names: non-empty, no '.', unique within this module) ----
+  // Marks t as requiring grad (when requires_grad and floating) and returns the same handle.
+  Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  Tensor register_buffer(const std::string& name, Tensor t);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module);
+    return module;
+  }
+
+  // ---- traversal (PyTorch order: own entries first, then children depth-first) ----
+  // parameters()/named_parameters()/buffers() list a tensor shared by several modules once.
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
+  std::vector<std::shared_ptr<Module>> children() const;
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const {
+    return children_;
+  }
+  // This module (name "") and every descendant, pre-order, each module once.
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules();
+  std::vector<std::shared_ptr<Module>> modules();
+  // The child registered under `name` (nullptr when absent).
+  std::shared_ptr<Module> child(const std::string& name) const;
+
+  // ---- state ----
+  // Parameters and buffers under their dotted names (a shared tensor appears under every name,
+  // like PyTorch). The tensors are the live handles (detach/clone to snapshot).
+  StateDict state_dict() const;
+  // Copies values in place (casting dtype, moving across devices), so handles held elsewhere
+  // (optimizers) stay valid. Validates everything before copying anything. strict: throws one
+  // error listing every missing key, unexpected key and shape mismatch (ShapeError when only
+  // shapes differ, else ValueError). Non-strict: loads what matches and returns the rest.
+  LoadResult load_state_dict(const StateDict& state, bool strict = true);
+
+  // ---- modes and placement ----
+  // Sets training mode on this module and all descendants; returns *this.
+  Module& train(bool on = true);
+  Module& eval() { return train(false); }
+  bool is_training() const { return training_; }
+  // Move / cast every parameter, gradient and buffer in place (Tensor::set_data), so the
+  // parameter handles stay the same objects. to(DType) converts floating tensors only (integer
+  // buffers such as num_batches_tracked keep their dtype).
+  Module& to(Device device);
+  Module& to(DType dtype);
+  Module& to(Device device, DType dtype);
+  // Drops every parameter's gradient (PyTorch's set_to_none=True default).
+  void zero_grad();
+  // requires_grad off / on for every parameter.
+  void freeze();
+  void unfreeze();
+  int64_t num_parameters(bool trainable_only = false) const;
+  // Calls fn on every module (pre-order).
+  void apply(const std::function<void(Module&)>& fn);
+
+  // ---- printing ----
+  // The module tree like PyTorch's print(model).
+  std::string repr() const;
+  // The class name shown by repr() (default: the demangled C++ class name without namespaces).
+  virtual std::string type_name() const;
+  // The part inside the parentheses of a leaf's repr ("in_features=784, ...").
+  virtual std::string extra_repr() const { return {}; }
+
+ protected:
+  // Hook for modules whose state depends on the training flag (default: nothing).
+  virtual void on_train(bool on) {}
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> module);
+  void check_new_name(const std::string& name, const char* what) const;
+  // All (name, tensor) pairs of params (or buffers) in the subtree, without dedup.
+  void collect(const std::string& prefix, bool params, bool buffers, bool recurse,
+               std::vector<std::pair<std::string, Tensor>>& out) const;
+  void convert(const std::function<Tensor(const Tensor&)>& fn);
+
+  bool training_ = true;
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Module& m);
+
+// Formats a double the way Python's repr() does (1e-05, 0.1, 1.0), for PyTorch-identical reprs.
+std::string python_float(double v);
+
+}  // namespace gradus::nn

@@ -1,0 +1,267 @@
+// DataLoader: seeded epoch orders, and an EpochRun that loads batches either in the calling
+// thread or in worker threads feeding a bounded, in-order queue.
+#include "gradus/data/dataloader.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "gradus/autograd.h"
+#include "gradus/core/error.h"
+
+namespace gradus::data {
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Uniform integer in [0, bound) by rejection (std::uniform_int_distribution's algorithm is not
+// specified by the standard, so orders would differ between standard libraries).
+uint64_t bounded(std::mt19937_64& rng, uint64_t bound) {
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;  // largest multiple of bound
+  uint64_t x;
+  do {
+    x = rng();
+  } while (x >= limit);
+  return x % bound;
+}
+
+}  // namespace
+
+std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> order(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  std::mt19937_64 rng(splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(epoch)));
+  for (size_t i = order.size(); i > 1; --i) {
+    std::swap(order[i - 1], order[bounded(rng, i)]);
+  }
+  return order;
+}
+
+// ------------------------------------------------------------------------------ EpochRun
+class DataLoader::EpochRun {
+ public:
+  EpochRun(DataLoader* loader, int64_t start_batch)
+      : loader_(loader),
+        order_(loader->epoch_order(loader->position_.epoch)),
+        end_(loader->size()),
+        next_claim_(start_batch),
+        next_consume_(start_batch) {
+    loader_->running_ = true;
+    const int workers = loader->options_.num_workers;
+    depth_ = std::max<int64_t>(loader->options_.prefetch, workers);
+    // The destructor does not run when the constructor throws (thread creation failed, or the
+    // first batch could not be loaded): stop the workers here so none is left joinable.
+    try {
+      for (int w = 0; w < workers && next_claim_ < end_; ++w) {
+        threads_.emplace_back([this] { worker(); });
+      }
+      advance();
+    } catch (...) {
+      stop();
+      loader_->running_ = false;
+      throw;
+    }
+  }
+
+  ~EpochRun() {
+    stop();
+    loader_->running_ = false;
+  }
+
+  bool done() const { return done_; }
+  Example& current() { return current_; }
+
+  // Fetches the next batch into current_, or marks the run done at the end of the epoch.
+  void advance() {
+    if (next_consume_ >= end_) {
+      done_ = true;
+      current_ = {};
+      loader_->position_ = {loader_->position_.epoch + 1, 0};
+      return;
+    }
+    const int64_t b = next_consume_;
+    if (threads_.empty()) {
+      current_ = load(b);
+      ++next_consume_;
+    } else {
+      Slot slot;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        ready_cv_.wait(lock, [&] { return ready_.count(b) != 0; });
+        auto it = ready_.find(b);
+        slot = std::move(it->second);
+        ready_.erase(it);
+        ++next_consume_;
+      }
+      space_cv_.notify_all();
+      if (slot.error) std::rethrow_exception(slot.error);
+      current_ = std::move(slot.batch);
+    }
+    // The batch being used is b; a checkpoint taken now resumes after it.
+    loader_->position_.batch = b + 1;
+  }
+
+ private:
+  struct Slot {
+    Example batch;
+    std::exception_ptr error;
+  };
+
+  Example load(int64_t b) const {
+    const DataLoaderOptions& o = loader_->options_;
+    const int64_t n = static_cast<int64_t>(order_.size());
+    const int64_t first = b * o.batch_size;
+    const int64_t last = std::min(first + o.batch_size, n);
+    std::vector<int64_t> indices(order_.begin() + first, order_.begin() + last);
+    Example batch = loader_->dataset_->get_batch(indices);
+    if (batch.input.defined() && batch.input.device() != o.device) {
+      batch.input = batch.input.to(o.device);
+    }
+    if (batch.target.defined() && batch.target.device() != o.device) {
+      batch.target = batch.target.to(o.device);
+    }
+    return batch;
+  }
+
+  void worker() {
+    NoGradGuard no_grad;  // loading never records a graph
+    for (;;) {
+      int64_t b;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        space_cv_.wait(lock, [&] {
+          return stop_ || next_claim_ >= end_ || next_claim_ < next_consume_ + depth_;
+        });
+        if (stop_ || next_claim_ >= end_) return;
+        b = next_claim_++;
+      }
+      // Every claimed batch is delivered (a value or an error), so the consumer never waits
+      // for a batch no one will produce.
+      Slot slot;
+      try {
+        slot.batch = load(b);
+      } catch (...) {
+        slot.error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ready_.emplace(b, std::move(slot));
+      }
+      ready_cv_.notify_all();
+    }
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    space_cv_.notify_all();
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+    threads_.clear();
+  }
+
+  DataLoader* loader_;
+  const std::vector<int64_t> order_;
+  const int64_t end_;  // batches in the epoch
+  int64_t depth_ = 1;
+  Example current_;
+  bool done_ = false;
+
+  std::mutex mu_;
+  std::condition_variable space_cv_;  // workers wait for room in the queue
+  std::condition_variable ready_cv_;  // the consumer waits for its next batch
+  std::map<int64_t, Slot> ready_;     // loaded batches by index (workers may finish out of order)
+  int64_t next_claim_;                // next batch a worker will load
+  int64_t next_consume_;              // next batch the loop will take
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// ------------------------------------------------------------------------------ Iterator
+DataLoader::Iterator::Iterator(std::unique_ptr<EpochRun> run) : run_(std::move(run)) {}
+DataLoader::Iterator::Iterator(Iterator&&) noexcept = default;
+DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&&) noexcept = default;
+DataLoader::Iterator::~Iterator() = default;
+
+Example& DataLoader::Iterator::operator*() const {
+  GRADUS_CHECK(run_ && !run_->done(), ValueError,
+               "DataLoader: dereferencing an iterator past the end of the epoch");
+  return run_->current();
+}
+
+DataLoader::Iterator& DataLoader::Iterator::operator++() {
+  GRADUS_CHECK(run_ && !run_->done(), ValueError,
+               "DataLoader: incrementing an iterator past the end of the epoch");
+  run_->advance();
+  return *this;
+}
+
+bool DataLoader::Iterator::operator==(Sentinel) const { return !run_ || run_->done(); }
+
+// ------------------------------------------------------------------------------ DataLoader
+DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options)
+    : dataset_(std::move(dataset)), options_(options) {
+  GRADUS_CHECK(dataset_ != nullptr, ValueError, "DataLoader: the dataset is null");
+  GRADUS_CHECK(options_.batch_size >= 1, ValueError, "DataLoader: batch_size must be >= 1, got ",
+               options_.batch_size);
+  GRADUS_CHECK(options_.prefetch >= 1, ValueError, "DataLoader: prefetch must be >= 1, got ",
+               options_.prefetch);
+  GRADUS_CHECK(options_.num_workers >= 0, ValueError,
+               "DataLoader: num_workers must be >= 0, got ", options_.num_workers);
+}
+
+DataLoader::~DataLoader() = default;
+
+int64_t DataLoader::size() const {
+  const int64_t n = dataset_->size();
+  const int64_t b = options_.batch_size;
+  return options_.drop_last ? n / b : (n + b - 1) / b;
+}
+
+void DataLoader::set_position(LoaderPosition p) {
+  GRADUS_CHECK(!running_, ValueError,
+               "DataLoader::set_position: a loop over this loader is still running");
+  GRADUS_CHECK(p.epoch >= 0 && p.batch >= 0 && p.batch <= size(), ValueError,
+               "DataLoader::set_position: position (epoch ", p.epoch, ", batch ", p.batch,
+               ") is invalid: the epoch must be >= 0 and the batch in [0, ", size(), "]");
+  position_ = p;
+}
+
+std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {
+  const int64_t n = dataset_->size();
+  if (options_.shuffle) return shuffled_indices(n, options_.seed, epoch);
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  return order;
+}
+
+std::vector<int64_t> DataLoader::batch_indices(int64_t epoch, int64_t batch) const {
+  GRADUS_CHECK(batch >= 0 && batch < size(), IndexError, "DataLoader::batch_indices: batch ",
+               batch, " is out of range for an epoch of ", size(), " batches");
+  const std::vector<int64_t> order = epoch_order(epoch);
+  const int64_t first = batch * options_.batch_size;
+  const int64_t last = std::min<int64_t>(first + options_.batch_size, dataset_->size());
+  return {order.begin() + first, order.begin() + last};
+}
+
+DataLoader::Iterator DataLoader::begin() {
+  GRADUS_CHECK(!running_, ValueError,
+               "DataLoader::begin: another loop over this loader is still running (finish or "
+               "destroy its iterator first)");
+  return Iterator(std::make_unique<EpochRun>(this, position_.batch));
+}
+
+}  // namespace gradus::data

@@ -1,0 +1,102 @@
+// Activation functions: one fused forward kernel each, backward through a fused helper where the
+// derivative needs the input (relu, gelu, silu, leaky_relu) or from the output (tanh, sigmoid).
+#include "ops/common.h"
+
+namespace gradus {
+
+using namespace ops;
+using backend::BinaryOp;
+using backend::UnaryOp;
+
+namespace {
+
+Tensor activation_forward(UnaryOp op, const char* name, const Tensor& x, double a = 0,
+                          double b = 0) {
+  check_defined(name, {&x});
+  check_floating(name, x);
+  Tensor out = new_empty(x.sizes(), x.dtype(), x.device());
+  if (out.numel() > 0) backend_of(x).unary(op, x, out, a, b);
+  return out;
+}
+
+// grad_x = helper(grad, saved) for the binary backward helpers of backend.h.
+Tensor binary_backward(BinaryOp op, const Tensor& g, const Tensor& saved, double alpha = 0) {
+  Tensor gx = new_empty(g.sizes(), g.dtype(), g.device());
+  if (gx.numel() > 0) {
+    backend_of(g).binary(op, g, broadcast_raw(cast_raw(saved, g.dtype()), g.sizes()), gx, alpha);
+  }
+  return gx;
+}
+
+Tensor unary_backward(UnaryOp op, const Tensor& g, const Tensor& y) {
+  Tensor d = new_empty(y.sizes(), g.dtype(), g.device());
+  if (d.numel() > 0) backend_of(g).unary(op, cast_raw(y, g.dtype()), d, 0, 0);
+  return mul(g, d);
+}
+
+}  // namespace
+
+Tensor relu(const Tensor& x) {
+  Tensor out = activation_forward(UnaryOp::relu, "relu", x);
+  // The output's sign pattern equals the input's, so saving the output is enough.
+  return record("relu", out, {x}, [so = SavedTensor(out)](const TensorList& g, const NeedsGrad&) {
+    return TensorList{binary_backward(BinaryOp::relu_backward, g[0], so.get())};
+  });
+}
+
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  Tensor out = activation_forward(UnaryOp::leaky_relu, "leaky_relu", x, negative_slope);
+  return record("leaky_relu", out, {x},
+                [sx = SavedTensor(x), negative_slope](const TensorList& g, const NeedsGrad&) {
+                  return TensorList{binary_backward(BinaryOp::leaky_relu_backward, g[0], sx.get(),
+                                                    negative_slope)};
+                });
+}
+
+Tensor gelu(const Tensor& x, GeluApproximation approximate) {
+  const bool tanh_form = approximate == GeluApproximation::tanh;
+  Tensor out = activation_forward(tanh_form ? UnaryOp::gelu_tanh : UnaryOp::gelu, "gelu", x);
+  return record("gelu", out, {x},
+                [sx = SavedTensor(x), tanh_form](const TensorList& g, const NeedsGrad&) {
+                  return TensorList{binary_backward(
+                      tanh_form ? BinaryOp::gelu_tanh_backward : BinaryOp::gelu_backward, g[0],
+                      sx.get())};
+                });
+}
+
+Tensor silu(const Tensor& x) {
+  Tensor out = activation_forward(UnaryOp::silu, "silu", x);
+  return record("silu", out, {x}, [sx = SavedTensor(x)](const TensorList& g, const NeedsGrad&) {
+    return TensorList{binary_backward(BinaryOp::silu_backward, g[0], sx.get())};
+  });
+}
+
+Tensor sigmoid(const Tensor& x) {
+  Tensor out = activation_forward(UnaryOp::sigmoid, "sigmoid", x);
+  return record("sigmoid", out, {x},
+                [so = SavedTensor(out)](const TensorList& g, const NeedsGrad&) {
+                  return TensorList{
+                      unary_backward(UnaryOp::sigmoid_grad_from_output, g[0], so.get())};
+                });
+}
+
+Tensor tanh(const Tensor& x) {
+  Tensor out = activation_forward(UnaryOp::tanh, "tanh", x);
+  return record("tanh", out, {x}, [so = SavedTensor(out)](const TensorList& g, const NeedsGrad&) {
+    return TensorList{unary_backward(UnaryOp::tanh_grad_from_output, g[0], so.get())};
+  });
+}
+
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  GRADUS_CHECK(beta != 0, ValueError, "softplus: beta must be non-zero");
+  Tensor out = activation_forward(UnaryOp::softplus, "softplus", x, beta, threshold);
+  return record("softplus", out, {x},
+                [sx = SavedTensor(x), beta, threshold](const TensorList& g, const NeedsGrad&) {
+                  // d/dx = sigmoid(beta x), or 1 in the linear region beta x > threshold.
+                  Tensor bx = mul(sx.get(), beta);
+                  Tensor d = where(gt(bx, threshold), ones_like(bx), sigmoid(bx));
+                  return TensorList{mul(g[0], d)};
+                });
+}
+
+}  // namespace gradus
