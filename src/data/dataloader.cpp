@@ -209,7 +209,9 @@ DataLoader::Iterator& DataLoader::Iterator::operator++() {
   return *this;
 }
 
-bool DataLoader::Iterator::operator==(Sentinel) const { return !run_ || run_->done(); }
+bool DataLoader::Iterator::operator==(Sentinel) const {
+  return !run_ || run_->done();
+}
 
 // ------------------------------------------------------------------------------ DataLoader
 DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options)
@@ -219,8 +221,8 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions optio
                options_.batch_size);
   GRADUS_CHECK(options_.prefetch >= 1, ValueError, "DataLoader: prefetch must be >= 1, got ",
                options_.prefetch);
-  GRADUS_CHECK(options_.num_workers >= 0, ValueError,
-               "DataLoader: num_workers must be >= 0, got ", options_.num_workers);
+  GRADUS_CHECK(options_.num_workers >= 0, ValueError, "DataLoader: num_workers must be >= 0, got ",
+               options_.num_workers);
 }
 
 DataLoader::~DataLoader() = default;
@@ -249,8 +251,8 @@ std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {
 }
 
 std::vector<int64_t> DataLoader::batch_indices(int64_t epoch, int64_t batch) const {
-  GRADUS_CHECK(batch >= 0 && batch < size(), IndexError, "DataLoader::batch_indices: batch ",
-               batch, " is out of range for an epoch of ", size(), " batches");
+  GRADUS_CHECK(batch >= 0 && batch < size(), IndexError, "DataLoader::batch_indices: batch ", batch,
+               " is out of range for an epoch of ", size(), " batches");
   const std::vector<int64_t> order = epoch_order(epoch);
   const int64_t first = batch * options_.batch_size;
   const int64_t last = std::min<int64_t>(first + options_.batch_size, dataset_->size());

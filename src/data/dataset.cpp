@@ -27,10 +27,10 @@ TensorDataset::TensorDataset(Tensor inputs, Tensor targets) {
   GRADUS_CHECK(inputs.dim() >= 1 && targets.dim() >= 1, ShapeError,
                "TensorDataset: inputs and targets need a leading example dim, got inputs ",
                shape_str(inputs.sizes()), " and targets ", shape_str(targets.sizes()));
-  GRADUS_CHECK(inputs.size(0) == targets.size(0), ShapeError,
-               "TensorDataset: inputs ", shape_str(inputs.sizes()), " and targets ",
-               shape_str(targets.sizes()), " hold different numbers of examples (",
-               inputs.size(0), " vs ", targets.size(0), ")");
+  GRADUS_CHECK(inputs.size(0) == targets.size(0), ShapeError, "TensorDataset: inputs ",
+               shape_str(inputs.sizes()), " and targets ", shape_str(targets.sizes()),
+               " hold different numbers of examples (", inputs.size(0), " vs ", targets.size(0),
+               ")");
   // The dataset holds data, not a graph: drop any history.
   inputs_ = inputs.detach().contiguous();
   targets_ = targets.detach().contiguous();
@@ -51,8 +51,9 @@ Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& indices) {
   if (!t.device().is_cpu()) {
     // Off the host a row copy per index would be one transfer each: use the gather op.
     std::vector<int64_t> idx(indices);
-    return index_select(t, 0, from_vector(idx, {static_cast<int64_t>(idx.size())},
-                                          {DType::i64, t.device(), false}));
+    return index_select(
+        t, 0,
+        from_vector(idx, {static_cast<int64_t>(idx.size())}, {DType::i64, t.device(), false}));
   }
   Tensor out = empty(shape, {t.dtype(), t.device(), false});
   const size_t row_bytes =

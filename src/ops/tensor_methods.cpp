@@ -104,13 +104,16 @@ namespace {
 // more than 1e8 or exceed 1e8 / fall below 1e-4, summarised with "..." above 1000 elements.
 struct Formatter {
   bool floating = true;
+  bool boolean = false;
   bool scientific = false;
   bool integral_values = false;
   int width = 1;
 
   std::string format(double v) const {
     char buf[64];
-    if (!floating) {
+    if (boolean) {
+      std::snprintf(buf, sizeof buf, "%s", v != 0 ? "True" : "False");
+    } else if (!floating) {
       std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
     } else if (std::isnan(v)) {
       std::snprintf(buf, sizeof buf, "nan");
@@ -170,6 +173,7 @@ std::string Tensor::str() const {
   const std::vector<double> v = to_vector<double>();
   Formatter f;
   f.floating = is_floating(dtype());
+  f.boolean = dtype() == DType::boolean;
   if (f.floating) {
     double max_abs = 0, min_abs = INFINITY;
     bool all_integral = true;

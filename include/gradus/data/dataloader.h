@@ -35,8 +35,8 @@ struct DataLoaderOptions {
   int64_t batch_size = 32;
   bool shuffle = false;
   uint64_t seed = 0;
-  bool drop_last = false;  // drop the final batch when it has fewer than batch_size examples
-  int64_t prefetch = 2;    // queue depth (batches loaded ahead), >= 1
+  bool drop_last = false;         // drop the final batch when it has fewer than batch_size examples
+  int64_t prefetch = 2;           // queue depth (batches loaded ahead), >= 1
   Device device = Device::cpu();  // batches are moved here
   int num_workers = 1;            // loading threads; 0 = load in the calling thread
 };

@@ -23,7 +23,7 @@ inline constexpr double kMnistStd = 0.3081;
 
 struct MnistOptions {
   std::string dir;
-  bool train = true;  // train-* (60000 examples) or t10k-* (10000)
+  bool train = true;   // train-* (60000 examples) or t10k-* (10000)
   int64_t limit = -1;  // keep only the first `limit` examples (-1: all)
   double mean = kFashionMnistMean;
   double std = kFashionMnistStd;

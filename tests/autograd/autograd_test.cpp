@@ -1,0 +1,163 @@
+// The autograd engine: gradients of composed graphs, accumulation, retain_graph, no_grad, hooks,
+// grad(), detach, and the in-place-modification check.
+#include <gtest/gtest.h>
+
+#include "support/test_util.h"
+
+namespace gradus {
+namespace {
+
+using testing::all_close;
+using testing::fresh_seed;
+using testing::random_tensor;
+
+TEST(Autograd, ChainRuleThroughSharedSubexpression) {
+  // y = sum((a * b + a) * a) => dy/da = 2ab + 2a... computed by hand per element:
+  // f = a^2 b + a^2, df/da = 2ab + 2a, df/db = a^2.
+  Tensor a = random_tensor({3, 4}, fresh_seed()).set_requires_grad();
+  Tensor b = random_tensor({3, 4}, fresh_seed()).set_requires_grad();
+  Tensor y = sum(mul(add(mul(a, b), a), a));
+  y.backward();
+  const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+  const auto ga = a.grad().to_vector<double>(), gb = b.grad().to_vector<double>();
+  for (size_t i = 0; i < av.size(); ++i) {
+    EXPECT_NEAR(ga[i], 2 * av[i] * bv[i] + 2 * av[i], 1e-12);
+    EXPECT_NEAR(gb[i], av[i] * av[i], 1e-12);
+  }
+}
+
+TEST(Autograd, BroadcastGradientsAreReduced) {
+  Tensor a = random_tensor({3, 1}, fresh_seed()).set_requires_grad();
+  Tensor b = random_tensor({4}, fresh_seed()).set_requires_grad();
+  sum(mul(a, b)).backward();
+  const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+  double sb = 0, sa = 0;
+  for (double v : bv) sb += v;
+  for (double v : av) sa += v;
+  for (double g : a.grad().to_vector<double>()) EXPECT_NEAR(g, sb, 1e-12);
+  for (double g : b.grad().to_vector<double>()) EXPECT_NEAR(g, sa, 1e-12);
+  EXPECT_EQ(a.grad().sizes(), (Shape{3, 1}));
+}
+
+TEST(Autograd, GradientsAccumulateAcrossBackwardCalls) {
+  Tensor x = random_tensor({5}, fresh_seed()).set_requires_grad();
+  sum(mul(x, 3.0)).backward();
+  sum(mul(x, 3.0)).backward();
+  for (double g : x.grad().to_vector<double>()) EXPECT_DOUBLE_EQ(g, 6.0);
+}
+
+TEST(Autograd, SecondBackwardNeedsRetainGraph) {
+  Tensor x = random_tensor({5}, fresh_seed()).set_requires_grad();
+  Tensor y = sum(mul(x, x));
+  y.backward(Tensor(), /*retain_graph=*/true);
+  y.backward();  // allowed: the graph was retained
+  const auto xv = x.to_vector<double>();
+  const auto g = x.grad().to_vector<double>();
+  for (size_t i = 0; i < xv.size(); ++i) EXPECT_NEAR(g[i], 4 * xv[i], 1e-12);
+  EXPECT_THROW(y.backward(), AutogradError);
+}
+
+TEST(Autograd, NoGradRecordsNothing) {
+  Tensor x = random_tensor({5}, fresh_seed()).set_requires_grad();
+  {
+    NoGradGuard guard;
+    Tensor y = mul(x, 2.0);
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_THROW(sum(y).backward(), AutogradError);
+  }
+  EXPECT_TRUE(mul(x, 2.0).requires_grad());
+}
+
+TEST(Autograd, InPlaceModificationOfSavedTensorIsDetected) {
+  Tensor x = random_tensor({4}, fresh_seed()).set_requires_grad();
+  Tensor w = random_tensor({4}, fresh_seed());
+  Tensor y = sum(mul(x, w));  // saves w
+  w.fill_(1.0);               // w does not require grad, so this in-place write is allowed...
+  try {
+    y.backward();  // ...but backward notices that mul's saved w changed
+    FAIL() << "expected AutogradError";
+  } catch (const AutogradError& e) {
+    EXPECT_NE(std::string(e.what()).find("modified by an in-place operation"),
+              std::string::npos);
+  }
+  EXPECT_THROW(x.fill_(0.0), AutogradError);  // leaf requiring grad, grad mode on
+}
+
+TEST(Autograd, GradReturnsWithoutAccumulating) {
+  Tensor x = random_tensor({3}, fresh_seed()).set_requires_grad();
+  Tensor z = random_tensor({3}, fresh_seed()).set_requires_grad();
+  Tensor h = exp(x);
+  Tensor y = sum(mul(h, h));
+  auto grads = grad({y}, {x, h}, {}, /*retain_graph=*/true);
+  const auto xv = x.to_vector<double>();
+  const auto gx = grads[0].to_vector<double>(), gh = grads[1].to_vector<double>();
+  for (size_t i = 0; i < xv.size(); ++i) {
+    EXPECT_NEAR(gx[i], 2 * std::exp(2 * xv[i]), 1e-9);
+    EXPECT_NEAR(gh[i], 2 * std::exp(xv[i]), 1e-9);
+  }
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_THROW(grad({y}, {z}, {}, true), AutogradError);
+  auto unused = grad({y}, {z}, {}, true, /*allow_unused=*/true);
+  EXPECT_FALSE(unused[0].defined());
+}
+
+TEST(Autograd, HooksSeeAndReplaceGradients) {
+  Tensor x = random_tensor({4}, fresh_seed()).set_requires_grad();
+  int calls = 0;
+  x.register_hook([&](const Tensor& g) {
+    ++calls;
+    return mul(g, 10.0);
+  });
+  int post_calls = 0;
+  x.register_post_accumulate_grad_hook([&](Tensor& p) {
+    ++post_calls;
+    EXPECT_TRUE(p.grad().defined());
+  });
+  Tensor mid = mul(x, 2.0);
+  mid.retain_grad();
+  sum(mid).backward();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(post_calls, 1);
+  for (double g : x.grad().to_vector<double>()) EXPECT_DOUBLE_EQ(g, 20.0);
+  for (double g : mid.grad().to_vector<double>()) EXPECT_DOUBLE_EQ(g, 1.0);
+}
+
+TEST(Autograd, DetachCutsHistoryButSharesStorage) {
+  Tensor x = random_tensor({4}, fresh_seed()).set_requires_grad();
+  Tensor y = mul(x, 2.0);
+  Tensor d = y.detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_EQ(d.impl()->storage(), y.impl()->storage());
+  EXPECT_THROW(Tensor(y).set_requires_grad(false), AutogradError);
+}
+
+TEST(Autograd, ViewsAndCatBackward) {
+  Tensor x = random_tensor({4, 6}, fresh_seed()).set_requires_grad();
+  Tensor s = x.slice(1, 1, 5, 2);           // [4, 2]
+  Tensor t = x.t().reshape({6, 4});         // copy path
+  Tensor c = cat({s.reshape({8}), t.flatten()}, 0);
+  Tensor w = random_tensor({32}, fresh_seed());
+  sum(mul(c, w)).backward();
+  const auto wv = w.to_vector<double>();
+  std::vector<double> expected(24, 0.0);
+  for (int i = 0; i < 4; ++i) {
+    expected[i * 6 + 1] += wv[i * 2];
+    expected[i * 6 + 3] += wv[i * 2 + 1];
+  }
+  for (int r = 0; r < 6; ++r) {
+    for (int col = 0; col < 4; ++col) expected[col * 6 + r] += wv[8 + r * 4 + col];
+  }
+  const auto g = x.grad().to_vector<double>();
+  for (size_t i = 0; i < 24; ++i) EXPECT_NEAR(g[i], expected[i], 1e-12) << i;
+}
+
+TEST(Autograd, GradientFlowsThroughDTypeAndBackToLeafDType) {
+  Tensor x = random_tensor({3}, fresh_seed(), -1, 1, DType::f32).set_requires_grad();
+  Tensor y = sum(mul(x.to(DType::f64), 3.0));
+  y.backward();
+  EXPECT_EQ(x.grad().dtype(), DType::f32);
+  for (double g : x.grad().to_vector<double>()) EXPECT_DOUBLE_EQ(g, 3.0);
+}
+
+}  // namespace
+}  // namespace gradus
