@@ -43,8 +43,7 @@ Tensor bernoulli(const Tensor& p, Generator* gen = nullptr);
 Tensor bernoulli(const Shape& shape, double p, TensorOptions options = {},
                  Generator* gen = nullptr);
 // A random permutation of 0..n-1 (i64).
-Tensor randperm(int64_t n, TensorOptions options = {.dtype = DType::i64},
-                Generator* gen = nullptr);
+Tensor randperm(int64_t n, TensorOptions options = {.dtype = DType::i64}, Generator* gen = nullptr);
 Tensor rand_like(const Tensor& t, Generator* gen = nullptr);
 Tensor randn_like(const Tensor& t, Generator* gen = nullptr);
 // In place, no autograd (initialisers).
@@ -165,8 +164,9 @@ Tensor norm(const Tensor& x);  // Frobenius / L2 over all elements
 Tensor any(const Tensor& x);
 Tensor all(const Tensor& x);
 
-// ---------------------------------------------------------------- linear algebra (src/ops/linalg.cpp)
-// NumPy/PyTorch matmul semantics: 1-D, 2-D and batched with broadcast batch dims.
+// ---------------------------------------------------------------- linear algebra
+// (src/ops/linalg.cpp) NumPy/PyTorch matmul semantics: 1-D, 2-D and batched with broadcast batch
+// dims.
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor mm(const Tensor& a, const Tensor& b);
 Tensor bmm(const Tensor& a, const Tensor& b);

@@ -13,8 +13,12 @@ namespace {
 thread_local bool t_grad_enabled = true;
 }
 
-bool is_grad_enabled() { return t_grad_enabled; }
-void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
+bool is_grad_enabled() {
+  return t_grad_enabled;
+}
+void set_grad_enabled(bool enabled) {
+  t_grad_enabled = enabled;
+}
 
 namespace autograd {
 namespace {
@@ -127,8 +131,8 @@ std::vector<std::pair<Edge, Tensor>> make_roots(const TensorList& outputs,
     Tensor g = grad_outputs.empty() ? Tensor() : grad_outputs[i];
     if (!g.defined()) {
       GRADUS_CHECK(out.numel() == 1, AutogradError, op,
-                   ": a gradient can be implicitly created only for scalar outputs, but output ",
-                   i, " has shape ", shape_str(out.sizes()));
+                   ": a gradient can be implicitly created only for scalar outputs, but output ", i,
+                   " has shape ", shape_str(out.sizes()));
       g = ones_like(out);
     } else {
       GRADUS_CHECK(g.sizes() == out.sizes(), ShapeError, op, ": gradient shape ",
@@ -144,8 +148,7 @@ std::vector<std::pair<Edge, Tensor>> make_roots(const TensorList& outputs,
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
               bool retain_graph) {
-  autograd::run_backward(autograd::make_roots(outputs, grad_outputs, "backward"), retain_graph,
-                         {});
+  autograd::run_backward(autograd::make_roots(outputs, grad_outputs, "backward"), retain_graph, {});
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
@@ -153,12 +156,12 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          bool allow_unused) {
   std::vector<autograd::Edge> capture;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    GRADUS_CHECK(inputs[i].defined() && inputs[i].requires_grad(), AutogradError,
-                 "grad: input ", i, " does not require grad");
+    GRADUS_CHECK(inputs[i].defined() && inputs[i].requires_grad(), AutogradError, "grad: input ", i,
+                 " does not require grad");
     capture.push_back(autograd::gradient_edge(inputs[i]));
   }
-  autograd::TensorList result = autograd::run_backward(autograd::make_roots(outputs, grad_outputs, "grad"),
-                                             retain_graph, capture);
+  autograd::TensorList result = autograd::run_backward(
+      autograd::make_roots(outputs, grad_outputs, "grad"), retain_graph, capture);
   for (size_t i = 0; i < result.size(); ++i) {
     GRADUS_CHECK(result[i].defined() || allow_unused, AutogradError, "grad: input ", i,
                  " was not used to compute the outputs (pass allow_unused=true to get an "
@@ -168,8 +171,8 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 }
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
-  gradus::backward({*this}, gradient.defined() ? std::vector<Tensor>{gradient}
-                                               : std::vector<Tensor>{},
+  gradus::backward({*this},
+                   gradient.defined() ? std::vector<Tensor>{gradient} : std::vector<Tensor>{},
                    retain_graph);
 }
 
@@ -191,8 +194,7 @@ void Tensor::register_post_accumulate_grad_hook(PostAccumulateHook hook) const {
 }
 
 void Tensor::retain_grad() const {
-  GRADUS_CHECK(requires_grad(), AutogradError,
-               "retain_grad: the tensor does not require grad");
+  GRADUS_CHECK(requires_grad(), AutogradError, "retain_grad: the tensor does not require grad");
   if (is_leaf()) return;  // leaves keep .grad anyway
   AutogradMeta& meta = impl()->autograd_mut();
   if (meta.retains_grad) return;
@@ -207,7 +209,9 @@ void Tensor::retain_grad() const {
   });
 }
 
-Tensor Tensor::detach() const { return as_strided_raw(sizes(), strides(), offset()); }
+Tensor Tensor::detach() const {
+  return as_strided_raw(sizes(), strides(), offset());
+}
 
 Tensor& Tensor::detach_() {
   if (AutogradMeta* m = impl()->autograd()) {

@@ -23,8 +23,8 @@ Tensor SavedTensor::get() const {
     throw AutogradError(detail::str_cat(
         "one of the tensors needed for gradient computation has been modified by an in-place "
         "operation: a ",
-        dtype_name(data_.dtype()), " tensor of shape ", shape_str(data_.sizes()),
-        " is at version ", data_.version(), " but was saved at version ", version_,
+        dtype_name(data_.dtype()), " tensor of shape ", shape_str(data_.sizes()), " is at version ",
+        data_.version(), " but was saved at version ", version_,
         ". Use out-of-place ops (or clone()) on tensors that backward needs."));
   }
   return data_;

@@ -21,8 +21,8 @@ namespace gradus::backend {
 
 // y = f(x; a, b). The scalars a/b are the op's parameters where it has any.
 enum class UnaryOp : uint8_t {
-  identity,     // y = x (used for casts through copy)
-  neg,          // -x
+  identity,  // y = x (used for casts through copy)
+  neg,       // -x
   abs,
   sign,
   exp,
@@ -38,11 +38,11 @@ enum class UnaryOp : uint8_t {
   tanh,
   sigmoid,
   relu,
-  leaky_relu,   // a = negative slope
-  gelu,         // exact (erf)
-  gelu_tanh,    // tanh approximation
+  leaky_relu,  // a = negative slope
+  gelu,        // exact (erf)
+  gelu_tanh,   // tanh approximation
   silu,
-  softplus,     // a = beta, b = threshold (PyTorch semantics)
+  softplus,  // a = beta, b = threshold (PyTorch semantics)
   erf,
   floor,
   ceil,
@@ -69,9 +69,9 @@ enum class BinaryOp : uint8_t {
   maximum,
   minimum,
   atan2,
-  fmod,          // C fmod semantics
-  remainder,     // Python % semantics
-  eq,            // comparisons write bool outputs
+  fmod,       // C fmod semantics
+  remainder,  // Python % semantics
+  eq,         // comparisons write bool outputs
   ne,
   lt,
   le,
@@ -86,7 +86,7 @@ enum class BinaryOp : uint8_t {
   gelu_backward,        // a * d/dx gelu(x)
   gelu_tanh_backward,
   silu_backward,
-  sign_mul,             // a * sign(b)  (abs backward)
+  sign_mul,  // a * sign(b)  (abs backward)
 };
 
 // y = f(a, b, c; alpha)
@@ -118,7 +118,7 @@ struct GemmArgs {
   bool trans_a = false;  // use a^T (a is [B, K, M] then)
   bool trans_b = false;
   double alpha = 1.0;
-  double beta = 0.0;     // out = alpha * op(a) @ op(b) + beta * out
+  double beta = 0.0;             // out = alpha * op(a) @ op(b) + beta * out
   const Tensor* bias = nullptr;  // [N], added to every row
   Activation activation = Activation::none;
 };
@@ -236,9 +236,8 @@ class Backend {
   virtual void conv2d_backward_data(const Tensor& grad_out, const Tensor& w, const Tensor& grad_x,
                                     const Conv2dArgs& args) = 0;
   // grad_bias may be undefined.
-  virtual void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x,
-                                      const Tensor& grad_w, const Tensor& grad_bias,
-                                      const Conv2dArgs& args) = 0;
+  virtual void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Tensor& grad_w,
+                                      const Tensor& grad_bias, const Conv2dArgs& args) = 0;
   // x [N, C, H, W] -> out [N, C, OH, OW], indices i64 (flat h * W + w within the plane).
   virtual void max_pool2d(const Tensor& x, const Tensor& out, const Tensor& indices,
                           const Pool2dArgs& args) = 0;
@@ -284,7 +283,9 @@ class Backend {
 // them, and registers each (with its allocator) before the first op runs.
 // backend_for throws DeviceError if gradus was built without that device type.
 Backend& backend_for(DeviceType type);
-inline Backend& backend_for(const Tensor& t) { return backend_for(t.device().type()); }
+inline Backend& backend_for(const Tensor& t) {
+  return backend_for(t.device().type());
+}
 
 // Each backend library defines its own; they return a process-lifetime singleton.
 Backend* cpu_backend();

@@ -9,11 +9,17 @@ namespace {
 int (*g_cuda_count_hook)() = nullptr;
 }
 
-void set_cuda_device_count_hook(int (*hook)()) { g_cuda_count_hook = hook; }
+void set_cuda_device_count_hook(int (*hook)()) {
+  g_cuda_count_hook = hook;
+}
 
-int cuda_device_count() { return g_cuda_count_hook ? g_cuda_count_hook() : 0; }
+int cuda_device_count() {
+  return g_cuda_count_hook ? g_cuda_count_hook() : 0;
+}
 
-Device Device::best() { return cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu(); }
+Device Device::best() {
+  return cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu();
+}
 
 Device Device::parse(std::string_view text) {
   if (text == "auto") return best();

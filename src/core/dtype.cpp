@@ -36,7 +36,7 @@ uint16_t float_to_half(float f) {
   std::memcpy(&x, &f, 4);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // overflow (after rounding) -> inf
   if (abs < 0x33000001u) return sign;             // underflow to zero
   int exponent = static_cast<int>(abs >> 23) - 127 + 15;
@@ -100,10 +100,10 @@ DType dtype_from_name(const std::string& name) {
     const char* long_name;
     const char* short_name;
     DType type;
-  } table[] = {{"float32", "f32", DType::f32},   {"float64", "f64", DType::f64},
-               {"float16", "f16", DType::f16},   {"bfloat16", "bf16", DType::bf16},
-               {"int32", "i32", DType::i32},     {"int64", "i64", DType::i64},
-               {"uint8", "u8", DType::u8},       {"bool", "bool", DType::boolean}};
+  } table[] = {{"float32", "f32", DType::f32}, {"float64", "f64", DType::f64},
+               {"float16", "f16", DType::f16}, {"bfloat16", "bf16", DType::bf16},
+               {"int32", "i32", DType::i32},   {"int64", "i64", DType::i64},
+               {"uint8", "u8", DType::u8},     {"bool", "bool", DType::boolean}};
   for (const auto& e : table) {
     if (name == e.long_name || name == e.short_name) return e.type;
   }
@@ -115,7 +115,9 @@ bool is_floating(DType t) {
   return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
 }
 
-bool is_integral(DType t) { return !is_floating(t); }
+bool is_integral(DType t) {
+  return !is_floating(t);
+}
 
 DType promote_types(DType a, DType b) {
   if (a == b) return a;

@@ -32,8 +32,8 @@ Shape contiguous_strides(const Shape& shape) {
 int normalize_dim(int64_t dim, int64_t ndim, const char* op) {
   const int64_t bound = ndim > 0 ? ndim : 1;  // a 0-d tensor accepts dim 0 and -1
   GRADUS_CHECK(dim >= -bound && dim < bound, IndexError, op, ": dimension ", dim,
-               " is out of range for a tensor with ", ndim, " dimensions (expected [", -bound,
-               ", ", bound - 1, "])");
+               " is out of range for a tensor with ", ndim, " dimensions (expected [", -bound, ", ",
+               bound - 1, "])");
   return static_cast<int>(dim < 0 ? dim + bound : dim);
 }
 

@@ -43,9 +43,13 @@ void TensorImpl::set_data(Storage storage, Shape sizes, Shape strides, int64_t o
   refresh();
 }
 
-int64_t Tensor::size(int64_t d) const { return sizes()[normalize_dim(d, dim(), "size")]; }
+int64_t Tensor::size(int64_t d) const {
+  return sizes()[normalize_dim(d, dim(), "size")];
+}
 
-int64_t Tensor::stride(int64_t d) const { return strides()[normalize_dim(d, dim(), "stride")]; }
+int64_t Tensor::stride(int64_t d) const {
+  return strides()[normalize_dim(d, dim(), "stride")];
+}
 
 void Tensor::check_data_ptr(DType requested) const {
   GRADUS_CHECK(defined(), ValueError, "data_ptr: the tensor is undefined");

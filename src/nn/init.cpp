@@ -23,8 +23,12 @@ Tensor& constant_(Tensor& t, double value) {
   return t.fill_(value);
 }
 
-Tensor& zeros_(Tensor& t) { return constant_(t, 0.0); }
-Tensor& ones_(Tensor& t) { return constant_(t, 1.0); }
+Tensor& zeros_(Tensor& t) {
+  return constant_(t, 0.0);
+}
+Tensor& ones_(Tensor& t) {
+  return constant_(t, 1.0);
+}
 
 std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t) {
   GRADUS_CHECK(t.defined(), ValueError, "calculate_fan_in_and_fan_out: undefined tensor");
@@ -68,22 +72,22 @@ Tensor& kaiming_uniform_(Tensor& t, double a, FanMode mode, const std::string& n
                          Generator* gen) {
   if (t.defined() && t.numel() == 0) return t;  // like PyTorch: nothing to initialise
   const double bound = std::sqrt(3.0) * kaiming_std(t, a, mode, nonlinearity);
-  return uniform_(t, -bound, bound, gen);
+  return init::uniform_(t, -bound, bound, gen);
 }
 
 Tensor& kaiming_normal_(Tensor& t, double a, FanMode mode, const std::string& nonlinearity,
                         Generator* gen) {
   if (t.defined() && t.numel() == 0) return t;
-  return normal_(t, 0.0, kaiming_std(t, a, mode, nonlinearity), gen);
+  return init::normal_(t, 0.0, kaiming_std(t, a, mode, nonlinearity), gen);
 }
 
 Tensor& xavier_uniform_(Tensor& t, double gain, Generator* gen) {
   const double bound = std::sqrt(3.0) * xavier_std(t, gain);
-  return uniform_(t, -bound, bound, gen);
+  return init::uniform_(t, -bound, bound, gen);
 }
 
 Tensor& xavier_normal_(Tensor& t, double gain, Generator* gen) {
-  return normal_(t, 0.0, xavier_std(t, gain), gen);
+  return init::normal_(t, 0.0, xavier_std(t, gain), gen);
 }
 
 }  // namespace gradus::nn::init

@@ -66,15 +66,15 @@ Tensor Module::forward(const Tensor&) {
 void Module::check_new_name(const std::string& name, const char* what) const {
   const std::string type = type_name();
   GRADUS_CHECK(!name.empty(), ValueError, what, ": empty name in ", type);
-  GRADUS_CHECK(name.find('.') == std::string::npos, ValueError, what, ": name \"", name,
-               "\" in ", type, " must not contain '.' (dots separate hierarchy levels)");
+  GRADUS_CHECK(name.find('.') == std::string::npos, ValueError, what, ": name \"", name, "\" in ",
+               type, " must not contain '.' (dots separate hierarchy levels)");
   auto taken = [&](const auto& list) {
     for (const auto& entry : list)
       if (entry.first == name) return true;
     return false;
   };
-  GRADUS_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), ValueError, what,
-               ": \"", name, "\" is already registered in ", type);
+  GRADUS_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), ValueError, what, ": \"",
+               name, "\" is already registered in ", type);
 }
 
 Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
@@ -111,7 +111,8 @@ void Module::collect(const std::string& prefix, bool params, bool buffers, bool 
   if (buffers)
     for (const auto& [n, t] : buffers_) out.emplace_back(prefix + n, t);
   if (!recurse) return;
-  for (const auto& [n, child] : children_) child->collect(prefix + n + ".", params, buffers, true, out);
+  for (const auto& [n, child] : children_)
+    child->collect(prefix + n + ".", params, buffers, true, out);
 }
 
 namespace {
@@ -148,7 +149,9 @@ std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) 
   return dedup(std::move(out));
 }
 
-std::vector<Tensor> Module::buffers(bool recurse) const { return values(named_buffers(recurse)); }
+std::vector<Tensor> Module::buffers(bool recurse) const {
+  return values(named_buffers(recurse));
+}
 
 std::vector<std::shared_ptr<Module>> Module::children() const {
   std::vector<std::shared_ptr<Module>> out;
@@ -228,8 +231,7 @@ LoadResult Module::load_state_dict(const StateDict& state, bool strict) {
     list("missing keys", result.missing_keys);
     list("unexpected keys", result.unexpected_keys);
     for (const auto& m : result.mismatched_keys) msg << "\n  shape mismatch for " << m;
-    if (result.missing_keys.empty() && result.unexpected_keys.empty())
-      throw ShapeError(msg.str());
+    if (result.missing_keys.empty() && result.unexpected_keys.empty()) throw ShapeError(msg.str());
     throw ValueError(msg.str());
   }
   // copy_ casts dtype and moves across devices; the destination handles stay the same.
@@ -270,8 +272,10 @@ Module& Module::to(Device device) {
 }
 
 Module& Module::to(DType dtype) {
-  GRADUS_CHECK(is_floating(dtype), DTypeError, "Module::to: modules can only be cast to a "
-               "floating dtype, got ", dtype_name(dtype));
+  GRADUS_CHECK(is_floating(dtype), DTypeError,
+               "Module::to: modules can only be cast to a "
+               "floating dtype, got ",
+               dtype_name(dtype));
   convert([dtype](const Tensor& t) {
     return (!is_floating(t.dtype()) || t.dtype() == dtype) ? Tensor() : t.to(dtype);
   });
@@ -365,7 +369,9 @@ std::string Module::repr() const {
   return out + ")";
 }
 
-std::ostream& operator<<(std::ostream& os, const Module& m) { return os << m.repr(); }
+std::ostream& operator<<(std::ostream& os, const Module& m) {
+  return os << m.repr();
+}
 
 std::string python_float(double v) {
   if (std::isnan(v)) return "nan";

@@ -56,12 +56,11 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
 Tensor gelu(const Tensor& x, GeluApproximation approximate) {
   const bool tanh_form = approximate == GeluApproximation::tanh;
   Tensor out = activation_forward(tanh_form ? UnaryOp::gelu_tanh : UnaryOp::gelu, "gelu", x);
-  return record("gelu", out, {x},
-                [sx = SavedTensor(x), tanh_form](const TensorList& g, const NeedsGrad&) {
-                  return TensorList{binary_backward(
-                      tanh_form ? BinaryOp::gelu_tanh_backward : BinaryOp::gelu_backward, g[0],
-                      sx.get())};
-                });
+  return record(
+      "gelu", out, {x}, [sx = SavedTensor(x), tanh_form](const TensorList& g, const NeedsGrad&) {
+        return TensorList{binary_backward(
+            tanh_form ? BinaryOp::gelu_tanh_backward : BinaryOp::gelu_backward, g[0], sx.get())};
+      });
 }
 
 Tensor silu(const Tensor& x) {
@@ -73,11 +72,10 @@ Tensor silu(const Tensor& x) {
 
 Tensor sigmoid(const Tensor& x) {
   Tensor out = activation_forward(UnaryOp::sigmoid, "sigmoid", x);
-  return record("sigmoid", out, {x},
-                [so = SavedTensor(out)](const TensorList& g, const NeedsGrad&) {
-                  return TensorList{
-                      unary_backward(UnaryOp::sigmoid_grad_from_output, g[0], so.get())};
-                });
+  return record(
+      "sigmoid", out, {x}, [so = SavedTensor(out)](const TensorList& g, const NeedsGrad&) {
+        return TensorList{unary_backward(UnaryOp::sigmoid_grad_from_output, g[0], so.get())};
+      });
 }
 
 Tensor tanh(const Tensor& x) {

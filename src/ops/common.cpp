@@ -21,8 +21,8 @@ void check_same_device(const char* op, std::initializer_list<const Tensor*> tens
       continue;
     }
     GRADUS_CHECK(t->device() == first->device(), DeviceError, op,
-                 ": expected all tensors on the same device, got ", first->device().str(),
-                 " and ", t->device().str(), " (move them with .to(device))");
+                 ": expected all tensors on the same device, got ", first->device().str(), " and ",
+                 t->device().str(), " (move them with .to(device))");
   }
 }
 

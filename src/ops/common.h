@@ -17,7 +17,9 @@ using autograd::SavedTensor;
 using autograd::TensorList;
 using backend::Backend;
 
-inline Backend& backend_of(const Tensor& t) { return backend::backend_for(t.device().type()); }
+inline Backend& backend_of(const Tensor& t) {
+  return backend::backend_for(t.device().type());
+}
 
 // Throws ValueError if any tensor is undefined.
 void check_defined(const char* op, std::initializer_list<const Tensor*> tensors);

@@ -14,8 +14,8 @@ using backend::TernaryOp;
 using backend::UnaryOp;
 
 // Runs a binary kernel on a and b broadcast together, computed in `compute` dtype.
-Tensor binary_kernel(BinaryOp op, const char* name, const Tensor& a, const Tensor& b,
-                     double alpha, DType compute, DType out_dtype) {
+Tensor binary_kernel(BinaryOp op, const char* name, const Tensor& a, const Tensor& b, double alpha,
+                     DType compute, DType out_dtype) {
   check_defined(name, {&a, &b});
   check_same_device(name, {&a, &b});
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
@@ -31,7 +31,9 @@ DType arithmetic_dtype(const Tensor& a, const Tensor& b) {
 }
 
 // Division and transcendental functions of integer inputs produce float32, like PyTorch.
-DType float_dtype(DType t) { return is_floating(t) ? t : DType::f32; }
+DType float_dtype(DType t) {
+  return is_floating(t) ? t : DType::f32;
+}
 
 Tensor unary_kernel(UnaryOp op, const char* name, const Tensor& x, double a = 0, double b = 0,
                     DType compute_dtype_override = DType::boolean, bool bool_out = false) {
@@ -53,7 +55,9 @@ Tensor comparison(BinaryOp op, const char* name, const Tensor& a, const Tensor& 
   return binary_kernel(op, name, a, b, 0, arithmetic_dtype(a, b), DType::boolean);
 }
 
-Tensor scalar_like(double v, const Tensor& t) { return scalar_tensor(v, {t.dtype(), t.device()}); }
+Tensor scalar_like(double v, const Tensor& t) {
+  return scalar_tensor(v, {t.dtype(), t.device()});
+}
 
 }  // namespace
 }  // namespace ops
@@ -64,30 +68,29 @@ using namespace ops;
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
   Tensor out = binary_kernel(BinaryOp::add, "add", a, b, alpha, arithmetic_dtype(a, b),
                              arithmetic_dtype(a, b));
-  return record("add", out, {a, b},
-                [ma = InputMeta(a), mb = InputMeta(b), alpha](const TensorList& g,
-                                                               const NeedsGrad& needs) {
-                  return TensorList{
-                      needs[0] ? reduce_grad(g[0], ma) : Tensor(),
-                      needs[1] ? reduce_grad(alpha == 1.0 ? g[0] : mul(g[0], alpha), mb)
-                               : Tensor()};
-                });
+  return record(
+      "add", out, {a, b},
+      [ma = InputMeta(a), mb = InputMeta(b), alpha](const TensorList& g, const NeedsGrad& needs) {
+        return TensorList{
+            needs[0] ? reduce_grad(g[0], ma) : Tensor(),
+            needs[1] ? reduce_grad(alpha == 1.0 ? g[0] : mul(g[0], alpha), mb) : Tensor()};
+      });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
   Tensor out = binary_kernel(BinaryOp::sub, "sub", a, b, alpha, arithmetic_dtype(a, b),
                              arithmetic_dtype(a, b));
-  return record("sub", out, {a, b},
-                [ma = InputMeta(a), mb = InputMeta(b), alpha](const TensorList& g,
-                                                               const NeedsGrad& needs) {
-                  return TensorList{needs[0] ? reduce_grad(g[0], ma) : Tensor(),
-                                    needs[1] ? reduce_grad(mul(g[0], -alpha), mb) : Tensor()};
-                });
+  return record(
+      "sub", out, {a, b},
+      [ma = InputMeta(a), mb = InputMeta(b), alpha](const TensorList& g, const NeedsGrad& needs) {
+        return TensorList{needs[0] ? reduce_grad(g[0], ma) : Tensor(),
+                          needs[1] ? reduce_grad(mul(g[0], -alpha), mb) : Tensor()};
+      });
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_kernel(BinaryOp::mul, "mul", a, b, 0, arithmetic_dtype(a, b),
-                             arithmetic_dtype(a, b));
+  Tensor out =
+      binary_kernel(BinaryOp::mul, "mul", a, b, 0, arithmetic_dtype(a, b), arithmetic_dtype(a, b));
   return record("mul", out, {a, b},
                 [ma = InputMeta(a), mb = InputMeta(b), sa = SavedTensor(a), sb = SavedTensor(b)](
                     const TensorList& g, const NeedsGrad& needs) {
@@ -99,15 +102,15 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor div(const Tensor& a, const Tensor& b) {
   const DType t = float_dtype(arithmetic_dtype(a, b));
   Tensor out = binary_kernel(BinaryOp::div, "div", a, b, 0, t, t);
-  return record("div", out, {a, b},
-                [ma = InputMeta(a), mb = InputMeta(b), sa = SavedTensor(a), sb = SavedTensor(b)](
-                    const TensorList& g, const NeedsGrad& needs) {
-                  Tensor bv = sb.get();
-                  return TensorList{
-                      needs[0] ? reduce_grad(div(g[0], bv), ma) : Tensor(),
-                      needs[1] ? reduce_grad(neg(div(mul(g[0], sa.get()), mul(bv, bv))), mb)
-                               : Tensor()};
-                });
+  return record(
+      "div", out, {a, b},
+      [ma = InputMeta(a), mb = InputMeta(b), sa = SavedTensor(a), sb = SavedTensor(b)](
+          const TensorList& g, const NeedsGrad& needs) {
+        Tensor bv = sb.get();
+        return TensorList{
+            needs[0] ? reduce_grad(div(g[0], bv), ma) : Tensor(),
+            needs[1] ? reduce_grad(neg(div(mul(g[0], sa.get()), mul(bv, bv))), mb) : Tensor()};
+      });
 }
 
 namespace {
@@ -117,66 +120,96 @@ Tensor affine(const char* name, const Tensor& x, double scale, double shift) {
   const bool integral_scalars = scale == std::trunc(scale) && shift == std::trunc(shift);
   const DType t = is_floating(x.dtype()) || integral_scalars ? x.dtype() : DType::f32;
   Tensor out = unary_kernel(UnaryOp::affine, name, x, scale, shift, t);
-  return record(name, out, {x},
-                [mx = InputMeta(x), scale](const TensorList& g, const NeedsGrad&) {
-                  return TensorList{reduce_grad(scale == 1.0 ? g[0] : mul(g[0], scale), mx)};
-                });
+  return record(name, out, {x}, [mx = InputMeta(x), scale](const TensorList& g, const NeedsGrad&) {
+    return TensorList{reduce_grad(scale == 1.0 ? g[0] : mul(g[0], scale), mx)};
+  });
 }
 }  // namespace
 
-Tensor add(const Tensor& a, double b) { return affine("add", a, 1.0, b); }
-Tensor sub(const Tensor& a, double b) { return affine("sub", a, 1.0, -b); }
-Tensor mul(const Tensor& a, double b) { return affine("mul", a, b, 0.0); }
+Tensor add(const Tensor& a, double b) {
+  return affine("add", a, 1.0, b);
+}
+Tensor sub(const Tensor& a, double b) {
+  return affine("sub", a, 1.0, -b);
+}
+Tensor mul(const Tensor& a, double b) {
+  return affine("mul", a, b, 0.0);
+}
 Tensor div(const Tensor& a, double b) {
   check_defined("div", {&a});
   if (!is_floating(a.dtype())) return div(a.to(DType::f32), b);
   return affine("div", a, 1.0 / b, 0.0);
 }
 
-Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator+(const Tensor& a, double b) { return add(a, b); }
-Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, double b) { return div(a, b); }
-Tensor operator+(double a, const Tensor& b) { return add(b, a); }
-Tensor operator-(double a, const Tensor& b) { return affine("rsub", b, -1.0, a); }
-Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
-Tensor operator/(double a, const Tensor& b) { return mul(reciprocal(b), a); }
-Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor operator+(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+Tensor operator-(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+Tensor operator*(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+Tensor operator/(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
+Tensor operator+(const Tensor& a, double b) {
+  return add(a, b);
+}
+Tensor operator-(const Tensor& a, double b) {
+  return sub(a, b);
+}
+Tensor operator*(const Tensor& a, double b) {
+  return mul(a, b);
+}
+Tensor operator/(const Tensor& a, double b) {
+  return div(a, b);
+}
+Tensor operator+(double a, const Tensor& b) {
+  return add(b, a);
+}
+Tensor operator-(double a, const Tensor& b) {
+  return affine("rsub", b, -1.0, a);
+}
+Tensor operator*(double a, const Tensor& b) {
+  return mul(b, a);
+}
+Tensor operator/(double a, const Tensor& b) {
+  return mul(reciprocal(b), a);
+}
+Tensor operator-(const Tensor& a) {
+  return neg(a);
+}
 
 Tensor pow(const Tensor& a, const Tensor& b) {
   const DType t = arithmetic_dtype(a, b);
   Tensor out = binary_kernel(BinaryOp::pow, "pow", a, b, 0, t, t);
-  return record(
-      "pow", out, {a, b},
-      [ma = InputMeta(a), mb = InputMeta(b), sa = SavedTensor(a), sb = SavedTensor(b),
-       so = SavedTensor(out)](const TensorList& g, const NeedsGrad& needs) {
-        Tensor av = sa.get(), bv = sb.get();
-        Tensor ga, gb;
-        if (needs[0]) ga = reduce_grad(mul(g[0], mul(bv, pow(av, sub(bv, 1.0)))), ma);
-        if (needs[1]) {
-          // d/db a^b = a^b log a; defined as 0 where a == 0 (PyTorch's convention).
-          Tensor d = mul(so.get(), log(av));
-          gb = reduce_grad(mul(g[0], where(eq(av, 0.0), zeros_like(d), d)), mb);
-        }
-        return TensorList{ga, gb};
-      });
+  return record("pow", out, {a, b},
+                [ma = InputMeta(a), mb = InputMeta(b), sa = SavedTensor(a), sb = SavedTensor(b),
+                 so = SavedTensor(out)](const TensorList& g, const NeedsGrad& needs) {
+                  Tensor av = sa.get(), bv = sb.get();
+                  Tensor ga, gb;
+                  if (needs[0]) ga = reduce_grad(mul(g[0], mul(bv, pow(av, sub(bv, 1.0)))), ma);
+                  if (needs[1]) {
+                    // d/db a^b = a^b log a; defined as 0 where a == 0 (PyTorch's convention).
+                    Tensor d = mul(so.get(), log(av));
+                    gb = reduce_grad(mul(g[0], where(eq(av, 0.0), zeros_like(d), d)), mb);
+                  }
+                  return TensorList{ga, gb};
+                });
 }
 
 Tensor pow(const Tensor& a, double exponent) {
   Tensor out = exponent == 2.0 && is_floating(a.dtype())
                    ? unary_kernel(UnaryOp::square, "pow", a)
                    : float_unary(UnaryOp::pow_scalar, "pow", a, exponent);
-  return record("pow", out, {a},
-                [ma = InputMeta(a), sa = SavedTensor(a), exponent](const TensorList& g,
-                                                                   const NeedsGrad&) {
-                  Tensor d = exponent == 2.0 ? mul(sa.get(), 2.0)
-                                             : mul(pow(sa.get(), exponent - 1.0), exponent);
-                  return TensorList{reduce_grad(mul(g[0], d), ma)};
-                });
+  return record(
+      "pow", out, {a},
+      [ma = InputMeta(a), sa = SavedTensor(a), exponent](const TensorList& g, const NeedsGrad&) {
+        Tensor d =
+            exponent == 2.0 ? mul(sa.get(), 2.0) : mul(pow(sa.get(), exponent - 1.0), exponent);
+        return TensorList{reduce_grad(mul(g[0], d), ma)};
+      });
 }
 
 Tensor pow(double base, const Tensor& exponent) {
@@ -247,9 +280,9 @@ Tensor fmod(const Tensor& a, const Tensor& b) {
                     const TensorList& g, const NeedsGrad& needs) {
                   return TensorList{
                       needs[0] ? reduce_grad(g[0], ma) : Tensor(),
-                      needs[1] ? reduce_grad(neg(mul(g[0], trunc_div(sa.get(), sb.get(), false))),
-                                             mb)
-                               : Tensor()};
+                      needs[1]
+                          ? reduce_grad(neg(mul(g[0], trunc_div(sa.get(), sb.get(), false))), mb)
+                          : Tensor()};
                 });
 }
 
@@ -261,32 +294,55 @@ Tensor remainder(const Tensor& a, const Tensor& b) {
                     const TensorList& g, const NeedsGrad& needs) {
                   return TensorList{
                       needs[0] ? reduce_grad(g[0], ma) : Tensor(),
-                      needs[1] ? reduce_grad(neg(mul(g[0], trunc_div(sa.get(), sb.get(), true))),
-                                             mb)
-                               : Tensor()};
+                      needs[1]
+                          ? reduce_grad(neg(mul(g[0], trunc_div(sa.get(), sb.get(), true))), mb)
+                          : Tensor()};
                 });
 }
 
 // ------------------------------------------------------------------------- comparisons, logic
-Tensor eq(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::eq, "eq", a, b); }
-Tensor ne(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::ne, "ne", a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::lt, "lt", a, b); }
-Tensor le(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::le, "le", a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::gt, "gt", a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::ge, "ge", a, b); }
-Tensor eq(const Tensor& a, double b) { return eq(a, scalar_like(b, a)); }
-Tensor ne(const Tensor& a, double b) { return ne(a, scalar_like(b, a)); }
-Tensor lt(const Tensor& a, double b) { return lt(a, scalar_like(b, a)); }
-Tensor le(const Tensor& a, double b) { return le(a, scalar_like(b, a)); }
-Tensor gt(const Tensor& a, double b) { return gt(a, scalar_like(b, a)); }
-Tensor ge(const Tensor& a, double b) { return ge(a, scalar_like(b, a)); }
+Tensor eq(const Tensor& a, const Tensor& b) {
+  return comparison(BinaryOp::eq, "eq", a, b);
+}
+Tensor ne(const Tensor& a, const Tensor& b) {
+  return comparison(BinaryOp::ne, "ne", a, b);
+}
+Tensor lt(const Tensor& a, const Tensor& b) {
+  return comparison(BinaryOp::lt, "lt", a, b);
+}
+Tensor le(const Tensor& a, const Tensor& b) {
+  return comparison(BinaryOp::le, "le", a, b);
+}
+Tensor gt(const Tensor& a, const Tensor& b) {
+  return comparison(BinaryOp::gt, "gt", a, b);
+}
+Tensor ge(const Tensor& a, const Tensor& b) {
+  return comparison(BinaryOp::ge, "ge", a, b);
+}
+Tensor eq(const Tensor& a, double b) {
+  return eq(a, scalar_like(b, a));
+}
+Tensor ne(const Tensor& a, double b) {
+  return ne(a, scalar_like(b, a));
+}
+Tensor lt(const Tensor& a, double b) {
+  return lt(a, scalar_like(b, a));
+}
+Tensor le(const Tensor& a, double b) {
+  return le(a, scalar_like(b, a));
+}
+Tensor gt(const Tensor& a, double b) {
+  return gt(a, scalar_like(b, a));
+}
+Tensor ge(const Tensor& a, double b) {
+  return ge(a, scalar_like(b, a));
+}
 Tensor logical_and(const Tensor& a, const Tensor& b) {
   return binary_kernel(BinaryOp::logical_and, "logical_and", a, b, 0, DType::boolean,
                        DType::boolean);
 }
 Tensor logical_or(const Tensor& a, const Tensor& b) {
-  return binary_kernel(BinaryOp::logical_or, "logical_or", a, b, 0, DType::boolean,
-                       DType::boolean);
+  return binary_kernel(BinaryOp::logical_or, "logical_or", a, b, 0, DType::boolean, DType::boolean);
 }
 Tensor logical_xor(const Tensor& a, const Tensor& b) {
   return binary_kernel(BinaryOp::logical_xor, "logical_xor", a, b, 0, DType::boolean,
@@ -295,9 +351,15 @@ Tensor logical_xor(const Tensor& a, const Tensor& b) {
 Tensor logical_not(const Tensor& a) {
   return unary_kernel(UnaryOp::logical_not, "logical_not", a, 0, 0, DType::boolean, true);
 }
-Tensor isnan(const Tensor& a) { return unary_kernel(UnaryOp::isnan, "isnan", a, 0, 0, DType::boolean, true); }
-Tensor isinf(const Tensor& a) { return unary_kernel(UnaryOp::isinf, "isinf", a, 0, 0, DType::boolean, true); }
-Tensor isfinite(const Tensor& a) { return logical_not(logical_or(isnan(a), isinf(a))); }
+Tensor isnan(const Tensor& a) {
+  return unary_kernel(UnaryOp::isnan, "isnan", a, 0, 0, DType::boolean, true);
+}
+Tensor isinf(const Tensor& a) {
+  return unary_kernel(UnaryOp::isinf, "isinf", a, 0, 0, DType::boolean, true);
+}
+Tensor isfinite(const Tensor& a) {
+  return logical_not(logical_or(isnan(a), isinf(a)));
+}
 
 // ------------------------------------------------------------------------------- unary math
 namespace {
@@ -324,9 +386,8 @@ using S = const SavedTensor&;
 
 Tensor neg(const Tensor& x) {
   Tensor out = unary_kernel(UnaryOp::neg, "neg", x);
-  return record("neg", out, {x}, [](const TensorList& g, const NeedsGrad&) {
-    return TensorList{neg(g[0])};
-  });
+  return record("neg", out, {x},
+                [](const TensorList& g, const NeedsGrad&) { return TensorList{neg(g[0])}; });
 }
 
 Tensor abs(const Tensor& x) {
@@ -338,10 +399,18 @@ Tensor abs(const Tensor& x) {
   });
 }
 
-Tensor sign(const Tensor& x) { return unary_flat(UnaryOp::sign, "sign", x); }
-Tensor floor(const Tensor& x) { return unary_flat(UnaryOp::floor, "floor", x); }
-Tensor ceil(const Tensor& x) { return unary_flat(UnaryOp::ceil, "ceil", x); }
-Tensor round(const Tensor& x) { return unary_flat(UnaryOp::round, "round", x); }
+Tensor sign(const Tensor& x) {
+  return unary_flat(UnaryOp::sign, "sign", x);
+}
+Tensor floor(const Tensor& x) {
+  return unary_flat(UnaryOp::floor, "floor", x);
+}
+Tensor ceil(const Tensor& x) {
+  return unary_flat(UnaryOp::ceil, "ceil", x);
+}
+Tensor round(const Tensor& x) {
+  return unary_flat(UnaryOp::round, "round", x);
+}
 
 Tensor exp(const Tensor& x) {
   return unary_op(UnaryOp::exp, "exp", x, [](const Tensor& g, S, S o) { return mul(g, o.get()); });
@@ -413,8 +482,8 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
   check_same_device("where", {&condition, &a, &b});
   GRADUS_CHECK(condition.dtype() == DType::boolean, DTypeError,
                "where: condition must be bool, got ", dtype_name(condition.dtype()));
-  const Shape shape = broadcast_shapes(broadcast_shapes(condition.sizes(), a.sizes(), "where"),
-                                       b.sizes(), "where");
+  const Shape shape =
+      broadcast_shapes(broadcast_shapes(condition.sizes(), a.sizes(), "where"), b.sizes(), "where");
   const DType t = arithmetic_dtype(a, b);
   Tensor out = new_empty(shape, t, a.device());
   if (out.numel() > 0) {
@@ -457,16 +526,16 @@ Tensor ternary_kernel(TernaryOp op, const char* name, const Tensor& a, const Ten
 
 Tensor lerp(const Tensor& a, const Tensor& b, const Tensor& weight) {
   Tensor out = ternary_kernel(TernaryOp::lerp, "lerp", a, b, weight, 0);
-  return record("lerp", out, {a, b, weight},
-                [ma = InputMeta(a), mb = InputMeta(b), mw = InputMeta(weight),
-                 sa = SavedTensor(a), sb = SavedTensor(b), sw = SavedTensor(weight)](
-                    const TensorList& g, const NeedsGrad& needs) {
-                  Tensor w = sw.get();
-                  return TensorList{
-                      needs[0] ? reduce_grad(mul(g[0], sub(1.0, w)), ma) : Tensor(),
-                      needs[1] ? reduce_grad(mul(g[0], w), mb) : Tensor(),
-                      needs[2] ? reduce_grad(mul(g[0], sub(sb.get(), sa.get())), mw) : Tensor()};
-                });
+  return record(
+      "lerp", out, {a, b, weight},
+      [ma = InputMeta(a), mb = InputMeta(b), mw = InputMeta(weight), sa = SavedTensor(a),
+       sb = SavedTensor(b), sw = SavedTensor(weight)](const TensorList& g, const NeedsGrad& needs) {
+        Tensor w = sw.get();
+        return TensorList{
+            needs[0] ? reduce_grad(mul(g[0], 1.0 - w), ma) : Tensor(),
+            needs[1] ? reduce_grad(mul(g[0], w), mb) : Tensor(),
+            needs[2] ? reduce_grad(mul(g[0], sub(sb.get(), sa.get())), mw) : Tensor()};
+      });
 }
 
 Tensor addcmul(const Tensor& a, const Tensor& b, const Tensor& c, double value) {

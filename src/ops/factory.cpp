@@ -16,13 +16,27 @@ Tensor full(const Shape& shape, double value, TensorOptions options) {
   return t;
 }
 
-Tensor zeros(const Shape& shape, TensorOptions options) { return full(shape, 0.0, options); }
-Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }
-Tensor empty_like(const Tensor& t) { return empty(t.sizes(), t.options()); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), t.options()); }
-Tensor ones_like(const Tensor& t) { return ones(t.sizes(), t.options()); }
-Tensor full_like(const Tensor& t, double value) { return full(t.sizes(), value, t.options()); }
-Tensor scalar_tensor(double value, TensorOptions options) { return full({}, value, options); }
+Tensor zeros(const Shape& shape, TensorOptions options) {
+  return full(shape, 0.0, options);
+}
+Tensor ones(const Shape& shape, TensorOptions options) {
+  return full(shape, 1.0, options);
+}
+Tensor empty_like(const Tensor& t) {
+  return empty(t.sizes(), t.options());
+}
+Tensor zeros_like(const Tensor& t) {
+  return zeros(t.sizes(), t.options());
+}
+Tensor ones_like(const Tensor& t) {
+  return ones(t.sizes(), t.options());
+}
+Tensor full_like(const Tensor& t, double value) {
+  return full(t.sizes(), value, t.options());
+}
+Tensor scalar_tensor(double value, TensorOptions options) {
+  return full({}, value, options);
+}
 
 Tensor arange(double start, double end, double step, TensorOptions options) {
   GRADUS_CHECK(step != 0, ValueError, "arange: step must be non-zero");
@@ -54,8 +68,8 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape_in, TensorOp
                           ? Shape{static_cast<int64_t>(values.size())}
                           : shape_in;
   GRADUS_CHECK(shape_numel(shape) == static_cast<int64_t>(values.size()), ShapeError,
-               "from_vector: ", values.size(), " values do not fill shape ", shape_str(shape),
-               " (", shape_numel(shape), " elements)");
+               "from_vector: ", values.size(), " values do not fill shape ", shape_str(shape), " (",
+               shape_numel(shape), " elements)");
   const bool requires_grad = options.requires_grad;
   // Stage in the values' own dtype on the host, then cast/move with the backend.
   Tensor host = empty(shape, {DTypeOf<T>::value, Device::cpu()});

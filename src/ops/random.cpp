@@ -9,12 +9,16 @@ namespace gradus {
 using ops::backend_of;
 
 namespace {
-Generator& pick(Generator* gen) { return gen != nullptr ? *gen : default_generator(); }
-uint64_t blocks_for(int64_t n) { return static_cast<uint64_t>((n + 3) / 4); }
+Generator& pick(Generator* gen) {
+  return gen != nullptr ? *gen : default_generator();
+}
+uint64_t blocks_for(int64_t n) {
+  return static_cast<uint64_t>((n + 3) / 4);
+}
 
 Tensor make(const Shape& shape, TensorOptions options, const char* op) {
-  GRADUS_CHECK(is_floating(options.dtype), DTypeError, op,
-               ": expected a floating dtype, got ", dtype_name(options.dtype));
+  GRADUS_CHECK(is_floating(options.dtype), DTypeError, op, ": expected a floating dtype, got ",
+               dtype_name(options.dtype));
   return empty(shape, {options.dtype, options.device});
 }
 
@@ -80,8 +84,8 @@ Tensor bernoulli(const Tensor& p, Generator* gen) {
 
 Tensor bernoulli(const Shape& shape, double p, TensorOptions options, Generator* gen) {
   GRADUS_CHECK(p >= 0 && p <= 1, ValueError, "bernoulli: p must be in [0, 1], got ", p);
-  Tensor prob = full({}, p, {is_floating(options.dtype) ? options.dtype : DType::f32,
-                             options.device});
+  Tensor prob =
+      full({}, p, {is_floating(options.dtype) ? options.dtype : DType::f32, options.device});
   Tensor out = empty(shape, {options.dtype, options.device});
   if (out.numel() > 0) {
     backend_of(out).bernoulli(out, ops::broadcast_raw(prob, shape),
@@ -111,7 +115,11 @@ Tensor randperm(int64_t n, TensorOptions options, Generator* gen) {
   return from_vector(perm, {n}, options);
 }
 
-Tensor rand_like(const Tensor& t, Generator* gen) { return rand(t.sizes(), t.options(), gen); }
-Tensor randn_like(const Tensor& t, Generator* gen) { return randn(t.sizes(), t.options(), gen); }
+Tensor rand_like(const Tensor& t, Generator* gen) {
+  return rand(t.sizes(), t.options(), gen);
+}
+Tensor randn_like(const Tensor& t, Generator* gen) {
+  return randn(t.sizes(), t.options(), gen);
+}
 
 }  // namespace gradus

@@ -85,7 +85,9 @@ Tensor expand_grad(const Tensor& g, const ReducePlan& p) {
   return g.reshape(p.keep_shape).expand(p.in_shape);
 }
 
-DType float_dtype(DType t) { return is_floating(t) ? t : DType::f32; }
+DType float_dtype(DType t) {
+  return is_floating(t) ? t : DType::f32;
+}
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kInf = std::numeric_limits<double>::infinity();
@@ -105,17 +107,17 @@ Tensor extremum_backward(const Tensor& g, const Tensor& x, const Tensor& out_kee
   return where(mask, share.expand(p.in_shape), 0.0);
 }
 
-Tensor amax_amin(bool is_max, const char* name, const Tensor& x,
-                 const std::vector<int64_t>& dims, bool keepdim) {
+Tensor amax_amin(bool is_max, const char* name, const Tensor& x, const std::vector<int64_t>& dims,
+                 bool keepdim) {
   check_defined(name, {&x});
   const ReducePlan p = plan_reduce(x, dims, keepdim, name);
   check_nonempty_slices(p, x, name);
   Tensor keep = reduce_keep(is_max ? ReduceOp::max : ReduceOp::min, x, p, x.dtype(), 0.0);
-  return record(name, to_out(keep, p), {x},
-                [p, sx = SavedTensor(x), sk = SavedTensor(keep)](const TensorList& g,
-                                                                 const NeedsGrad&) {
-                  return TensorList{extremum_backward(g[0], sx.get(), sk.get(), p)};
-                });
+  return record(
+      name, to_out(keep, p), {x},
+      [p, sx = SavedTensor(x), sk = SavedTensor(keep)](const TensorList& g, const NeedsGrad&) {
+        return TensorList{extremum_backward(g[0], sx.get(), sk.get(), p)};
+      });
 }
 
 // max/min along one axis: values plus the (first) index of the extreme value.
@@ -133,17 +135,18 @@ ValuesIndices extremum_dim(bool is_max, const char* name, const Tensor& x, int64
     backend_of(x).gather(lift_scalar(contiguous_raw(x)), axis, lift_scalar(idx_keep),
                          lift_scalar(val_keep));
   }
-  TensorList outs = record_multi(
-      name, {to_out(val_keep, p), to_out(idx_keep, p)}, {x},
-      [p, axis, si = SavedTensor(idx_keep)](const TensorList& g, const NeedsGrad&) {
-        if (p.in_shape.empty()) return TensorList{g[0]};
-        // The gradient flows to the selected element of each slice.
-        Tensor gx = zeros(p.in_shape, g[0].options());
-        if (gx.numel() > 0) {
-          backend_of(gx).scatter_add(gx, axis, si.get(), contiguous_raw(g[0].reshape(p.keep_shape)));
-        }
-        return TensorList{gx};
-      });
+  TensorList outs =
+      record_multi(name, {to_out(val_keep, p), to_out(idx_keep, p)}, {x},
+                   [p, axis, si = SavedTensor(idx_keep)](const TensorList& g, const NeedsGrad&) {
+                     if (p.in_shape.empty()) return TensorList{g[0]};
+                     // The gradient flows to the selected element of each slice.
+                     Tensor gx = zeros(p.in_shape, g[0].options());
+                     if (gx.numel() > 0) {
+                       backend_of(gx).scatter_add(gx, axis, si.get(),
+                                                  contiguous_raw(g[0].reshape(p.keep_shape)));
+                     }
+                     return TensorList{gx};
+                   });
   return {outs[0], outs[1]};
 }
 
@@ -267,8 +270,12 @@ Tensor std(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
 }
 
 // ------------------------------------------------------------------------------ max, min
-Tensor max(const Tensor& x) { return amax_amin(true, "max", x, {}, false); }
-Tensor min(const Tensor& x) { return amax_amin(false, "min", x, {}, false); }
+Tensor max(const Tensor& x) {
+  return amax_amin(true, "max", x, {}, false);
+}
+Tensor min(const Tensor& x) {
+  return amax_amin(false, "min", x, {}, false);
+}
 Tensor amax(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return amax_amin(true, "amax", x, dims, keepdim);
 }
@@ -294,13 +301,12 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
   const ReducePlan p = plan_reduce(x, dims, keepdim, "logsumexp");
   const Tensor xf = cast_raw(x, float_dtype(x.dtype()));
   Tensor keep = reduce_keep(ReduceOp::logsumexp, xf, p, xf.dtype(), -kInf);
-  return record("logsumexp", to_out(keep, p), {x},
-                [p, sx = SavedTensor(xf), sk = SavedTensor(keep)](const TensorList& g,
-                                                                  const NeedsGrad&) {
-                  // d lse / d x_i = softmax(x)_i = exp(x_i - lse)
-                  return TensorList{
-                      mul(exp(sub(sx.get(), sk.get())), g[0].reshape(p.keep_shape))};
-                });
+  return record(
+      "logsumexp", to_out(keep, p), {x},
+      [p, sx = SavedTensor(xf), sk = SavedTensor(keep)](const TensorList& g, const NeedsGrad&) {
+        // d lse / d x_i = softmax(x)_i = exp(x_i - lse)
+        return TensorList{mul(exp(sub(sx.get(), sk.get())), g[0].reshape(p.keep_shape))};
+      });
 }
 
 Tensor norm(const Tensor& x) {
@@ -310,34 +316,36 @@ Tensor norm(const Tensor& x) {
   Tensor ss = to_out(reduce_keep(ReduceOp::sum_squares, xf, p, xf.dtype(), 0.0), p);
   Tensor out = new_empty({}, xf.dtype(), x.device());
   backend_of(x).unary(UnaryOp::sqrt, ss, out, 0, 0);
-  return record("norm", out, {x},
-                [sx = SavedTensor(xf), so = SavedTensor(out)](const TensorList& g,
-                                                              const NeedsGrad&) {
-                  // d ||x|| / d x = x / ||x||; 0 at x = 0 (the subgradient PyTorch picks).
-                  Tensor n = so.get();
-                  Tensor scale = where(eq(n, 0.0), zeros_like(n), div(g[0], n));
-                  return TensorList{mul(sx.get(), scale)};
-                });
+  return record(
+      "norm", out, {x},
+      [sx = SavedTensor(xf), so = SavedTensor(out)](const TensorList& g, const NeedsGrad&) {
+        // d ||x|| / d x = x / ||x||; 0 at x = 0 (the subgradient PyTorch picks).
+        Tensor n = so.get();
+        Tensor scale = where(eq(n, 0.0), zeros_like(n), div(g[0], n));
+        return TensorList{mul(sx.get(), scale)};
+      });
 }
 
 // ------------------------------------------------------------------------------ any, all
 Tensor any(const Tensor& x) {
   check_defined("any", {&x});
   const ReducePlan p = plan_reduce(x, {}, false, "any");
-  return to_out(reduce_keep(ReduceOp::any, cast_raw(x, DType::boolean), p, DType::boolean, 0.0),
-                p);
+  return to_out(reduce_keep(ReduceOp::any, cast_raw(x, DType::boolean), p, DType::boolean, 0.0), p);
 }
 
 Tensor all(const Tensor& x) {
   check_defined("all", {&x});
   const ReducePlan p = plan_reduce(x, {}, false, "all");
-  return to_out(reduce_keep(ReduceOp::all, cast_raw(x, DType::boolean), p, DType::boolean, 1.0),
-                p);
+  return to_out(reduce_keep(ReduceOp::all, cast_raw(x, DType::boolean), p, DType::boolean, 1.0), p);
 }
 
 // ------------------------------------------------------------------------------ Tensor methods
-Tensor Tensor::sum() const { return gradus::sum(*this); }
-Tensor Tensor::mean() const { return gradus::mean(*this); }
+Tensor Tensor::sum() const {
+  return gradus::sum(*this);
+}
+Tensor Tensor::mean() const {
+  return gradus::mean(*this);
+}
 Tensor Tensor::sum(const std::vector<int64_t>& dims, bool keepdim) const {
   return gradus::sum(*this, dims, keepdim);
 }

@@ -28,8 +28,8 @@ Shape infer_shape(const Shape& requested, int64_t numel, const char* op) {
     }
   }
   if (infer >= 0) {
-    GRADUS_CHECK(known != 0 && numel % known == 0, ShapeError, op, ": shape ",
-                 shape_str(requested), " is invalid for input of size ", numel);
+    GRADUS_CHECK(known != 0 && numel % known == 0, ShapeError, op, ": shape ", shape_str(requested),
+                 " is invalid for input of size ", numel);
     shape[infer] = numel / known;
   }
   GRADUS_CHECK(shape_numel(shape) == numel, ShapeError, op, ": shape ", shape_str(requested),
@@ -114,8 +114,8 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
   check_defined("permute", {this});
-  GRADUS_CHECK(static_cast<int64_t>(dims.size()) == dim(), ShapeError, "permute: got ",
-               dims.size(), " dimensions for a tensor of shape ", shape_str(sizes()));
+  GRADUS_CHECK(static_cast<int64_t>(dims.size()) == dim(), ShapeError, "permute: got ", dims.size(),
+               " dimensions for a tensor of shape ", shape_str(sizes()));
   Shape shape(dims.size()), strides(dims.size());
   std::vector<int64_t> inverse(dims.size(), -1);
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -163,13 +163,13 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   shape[dd] = (end - start + step - 1) / step;
   strides[dd] *= step;
   Tensor out = as_strided_raw(shape, strides, offset() + start * stride(dd));
-  return record("slice", out, {*this},
-                [in = InputMeta(*this), dd, start, end, step](const TensorList& g,
-                                                              const NeedsGrad&) {
-                  Tensor gx = zeros(in.shape, g[0].options());
-                  gx.slice(dd, start, end, step).copy_(g[0]);
-                  return TensorList{gx};
-                });
+  return record(
+      "slice", out, {*this},
+      [in = InputMeta(*this), dd, start, end, step](const TensorList& g, const NeedsGrad&) {
+        Tensor gx = zeros(in.shape, g[0].options());
+        gx.slice(dd, start, end, step).copy_(g[0]);
+        return TensorList{gx};
+      });
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
@@ -178,8 +178,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   const int64_t n = size(dd);
   if (start < 0) start += n;
   GRADUS_CHECK(start >= 0 && length >= 0 && start + length <= n, IndexError, "narrow: range [",
-               start, ", ", start + length, ") is out of bounds for dimension ", dd,
-               " of size ", n);
+               start, ", ", start + length, ") is out of bounds for dimension ", dd, " of size ",
+               n);
   return slice(dd, start, start + length);
 }
 
@@ -203,8 +203,10 @@ Tensor Tensor::expand(const Shape& requested) const {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t want = requested[i];
     if (i < lead) {
-      GRADUS_CHECK(want >= 0, ShapeError, "expand: size -1 is not allowed in a new leading "
-                   "dimension (target ", shape_str(requested), ")");
+      GRADUS_CHECK(want >= 0, ShapeError,
+                   "expand: size -1 is not allowed in a new leading "
+                   "dimension (target ",
+                   shape_str(requested), ")");
       shape[i] = want;
       continue;
     }
@@ -220,10 +222,10 @@ Tensor Tensor::expand(const Shape& requested) const {
   }
   if (shape == sizes()) return *this;
   Tensor out = as_strided_raw(shape, strides, offset());
-  return record("expand", out, {*this}, [in = InputMeta(*this)](const TensorList& g,
-                                                                const NeedsGrad&) {
-    return TensorList{reduce_grad(g[0], in)};
-  });
+  return record("expand", out, {*this},
+                [in = InputMeta(*this)](const TensorList& g, const NeedsGrad&) {
+                  return TensorList{reduce_grad(g[0], in)};
+                });
 }
 
 Tensor Tensor::squeeze() const {
@@ -263,9 +265,8 @@ Tensor Tensor::clone() const {
   check_defined("clone", {this});
   Tensor out = empty(sizes(), options());
   if (numel() > 0) backend_of(*this).copy(*this, out);
-  return record("clone", out, {*this}, [](const TensorList& g, const NeedsGrad&) {
-    return TensorList{g[0]};
-  });
+  return record("clone", out, {*this},
+                [](const TensorList& g, const NeedsGrad&) { return TensorList{g[0]}; });
 }
 
 Tensor Tensor::to(Device device, DType dtype) const {
@@ -298,15 +299,20 @@ Tensor Tensor::to(Device device, DType dtype) const {
                 });
 }
 
-Tensor Tensor::to(Device device) const { return to(device, dtype()); }
-Tensor Tensor::to(DType dtype) const { return to(device(), dtype); }
+Tensor Tensor::to(Device device) const {
+  return to(device, dtype());
+}
+Tensor Tensor::to(DType dtype) const {
+  return to(device(), dtype);
+}
 
 // ------------------------------------------------------------------------ cat / stack / split
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   GRADUS_CHECK(!tensors.empty(), ValueError, "cat: expected a non-empty list of tensors");
   const Tensor& first = tensors[0];
   check_defined("cat", {&first});
-  GRADUS_CHECK(first.dim() > 0, ShapeError, "cat: zero-dimensional tensors cannot be "
+  GRADUS_CHECK(first.dim() > 0, ShapeError,
+               "cat: zero-dimensional tensors cannot be "
                "concatenated (use stack)");
   const int d = normalize_dim(dim, first.dim(), "cat");
   DType dtype = first.dtype();
@@ -371,8 +377,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   check_defined("split", {&x});
-  GRADUS_CHECK(split_size > 0, ValueError, "split: split_size must be positive, got ",
-               split_size);
+  GRADUS_CHECK(split_size > 0, ValueError, "split: split_size must be positive, got ", split_size);
   const int d = normalize_dim(dim, x.dim(), "split");
   std::vector<Tensor> out;
   for (int64_t at = 0; at < x.size(d); at += split_size) {
@@ -386,8 +391,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   check_defined("split", {&x});
   const int d = normalize_dim(dim, x.dim(), "split");
   const int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
-  GRADUS_CHECK(total == x.size(d), ShapeError, "split: sizes sum to ", total,
-               " but dimension ", d, " has size ", x.size(d));
+  GRADUS_CHECK(total == x.size(d), ShapeError, "split: sizes sum to ", total, " but dimension ", d,
+               " has size ", x.size(d));
   std::vector<Tensor> out;
   int64_t at = 0;
   for (int64_t s : sizes) {

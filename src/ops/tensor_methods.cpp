@@ -22,7 +22,9 @@ void check_inplace(const Tensor& t, const char* op) {
 }
 }  // namespace
 
-Tensor& Tensor::zero_() { return fill_(0.0); }
+Tensor& Tensor::zero_() {
+  return fill_(0.0);
+}
 
 Tensor& Tensor::fill_(double value) {
   check_inplace(*this, "fill_");
@@ -134,8 +136,8 @@ constexpr int64_t kSummariseAbove = 1000;
 constexpr int64_t kEdgeItems = 3;
 
 void print_dim(std::ostream& os, const std::vector<double>& v, const Shape& shape,
-               const Shape& strides, int64_t dim, int64_t base, const Formatter& f,
-               bool summarise, int indent) {
+               const Shape& strides, int64_t dim, int64_t base, const Formatter& f, bool summarise,
+               int indent) {
   const int64_t n = shape[dim];
   os << '[';
   auto emit = [&](int64_t i) {
@@ -143,15 +145,20 @@ void print_dim(std::ostream& os, const std::vector<double>& v, const Shape& shap
       std::string s = f.format(v[static_cast<size_t>(base + i * strides[dim])]);
       os << std::string(std::max<int>(0, f.width - static_cast<int>(s.size())), ' ') << s;
     } else {
-      print_dim(os, v, shape, strides, dim + 1, base + i * strides[dim], f, summarise,
-                indent + 1);
+      print_dim(os, v, shape, strides, dim + 1, base + i * strides[dim], f, summarise, indent + 1);
     }
   };
   const bool cut = summarise && n > 2 * kEdgeItems;
-  const std::string sep = dim + 1 == static_cast<int64_t>(shape.size())
-                              ? ", "
-                              : "," + std::string(shape.size() - dim - 1, '\n') +
-                                    std::string(static_cast<size_t>(indent + 1), ' ');
+  // Between innermost values ", "; between rows a comma, one newline per remaining dim, indent.
+  std::ostringstream sep_stream;
+  if (dim + 1 == static_cast<int64_t>(shape.size())) {
+    sep_stream << ", ";
+  } else {
+    sep_stream << ',';
+    for (size_t k = static_cast<size_t>(dim) + 1; k < shape.size(); ++k) sep_stream << '\n';
+    for (int k = 0; k < indent + 1; ++k) sep_stream << ' ';
+  }
+  const std::string sep = sep_stream.str();
   bool first = true;
   for (int64_t i = 0; i < n; ++i) {
     if (cut && i == kEdgeItems) {
@@ -205,6 +212,8 @@ std::string Tensor::str() const {
   return os.str();
 }
 
-std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  return os << t.str();
+}
 
 }  // namespace gradus

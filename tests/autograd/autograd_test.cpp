@@ -77,8 +77,7 @@ TEST(Autograd, InPlaceModificationOfSavedTensorIsDetected) {
     y.backward();  // ...but backward notices that mul's saved w changed
     FAIL() << "expected AutogradError";
   } catch (const AutogradError& e) {
-    EXPECT_NE(std::string(e.what()).find("modified by an in-place operation"),
-              std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("modified by an in-place operation"), std::string::npos);
   }
   EXPECT_THROW(x.fill_(0.0), AutogradError);  // leaf requiring grad, grad mode on
 }
@@ -133,8 +132,8 @@ TEST(Autograd, DetachCutsHistoryButSharesStorage) {
 
 TEST(Autograd, ViewsAndCatBackward) {
   Tensor x = random_tensor({4, 6}, fresh_seed()).set_requires_grad();
-  Tensor s = x.slice(1, 1, 5, 2);           // [4, 2]
-  Tensor t = x.t().reshape({6, 4});         // copy path
+  Tensor s = x.slice(1, 1, 5, 2);    // [4, 2]
+  Tensor t = x.t().reshape({6, 4});  // copy path
   Tensor c = cat({s.reshape({8}), t.flatten()}, 0);
   Tensor w = random_tensor({32}, fresh_seed());
   sum(mul(c, w)).backward();

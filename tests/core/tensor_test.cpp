@@ -36,7 +36,7 @@ TEST(DType, HalfAndBFloat16RoundToNearestEven) {
     const float f = half_to_float(h);
     EXPECT_EQ(float_to_half(f), h) << "half bits " << bits;
   }
-  EXPECT_EQ(float(Half(65520.0f)), INFINITY);  // rounds past the largest half
+  EXPECT_EQ(float(Half(65520.0f)), INFINITY);        // rounds past the largest half
   EXPECT_EQ(float(Half(1.0f + 1.0f / 2048)), 1.0f);  // tie goes to even
   EXPECT_EQ(float(BFloat16(1.0f + 1.0f / 256)), 1.0f);
   EXPECT_EQ(float(BFloat16(3.0f)), 3.0f);
@@ -112,10 +112,9 @@ TEST(Tensor, CastsBetweenAllDTypes) {
       for (size_t i = 0; i < values.size(); ++i) {
         double expected = src[i];
         if (to == DType::boolean) expected = expected != 0 ? 1 : 0;
-        if (to == DType::u8) expected = static_cast<double>(static_cast<uint8_t>(
-                                 static_cast<int64_t>(expected)));
-        EXPECT_EQ(got[i], expected) << dtype_name(from) << " -> " << dtype_name(to) << " at "
-                                    << i;
+        if (to == DType::u8)
+          expected = static_cast<double>(static_cast<uint8_t>(static_cast<int64_t>(expected)));
+        EXPECT_EQ(got[i], expected) << dtype_name(from) << " -> " << dtype_name(to) << " at " << i;
       }
     }
   }
@@ -155,8 +154,7 @@ TEST(Device, ParseAndBest) {
 TEST(Tensor, PrintsLikePyTorch) {
   EXPECT_EQ(tensor({1.0, 2.5, -3.0}).str(), "tensor([ 1.0000,  2.5000, -3.0000])");
   EXPECT_EQ(tensor({1.0, 2.0}, {2, 1}).str(), "tensor([[1.],\n        [2.]])");
-  EXPECT_EQ(from_vector<int64_t>({1, 20}, {2}, {.dtype = DType::i64}).str(),
-            "tensor([ 1, 20])");
+  EXPECT_EQ(from_vector<int64_t>({1, 20}, {2}, {.dtype = DType::i64}).str(), "tensor([ 1, 20])");
   EXPECT_EQ(scalar_tensor(0.5, {.dtype = DType::f64}).str(), "tensor(0.5000, dtype=float64)");
   Tensor big = zeros({2000});
   EXPECT_NE(big.str().find("..."), std::string::npos);

@@ -30,14 +30,16 @@ inline Tensor random_tensor(const Shape& shape, uint64_t seed, double lo = -1.0,
 }
 
 // Host copy of all values as double, row-major.
-inline std::vector<double> values_of(const Tensor& t) { return t.to_vector<double>(); }
+inline std::vector<double> values_of(const Tensor& t) {
+  return t.to_vector<double>();
+}
 
 // Asserts |actual - expected| <= atol + rtol * |expected| elementwise (NaNs must match).
 inline ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected,
                                             double rtol = 1e-5, double atol = 1e-8) {
   if (actual.sizes() != expected.sizes()) {
-    return ::testing::AssertionFailure() << "shape " << shape_str(actual.sizes()) << " vs "
-                                         << shape_str(expected.sizes());
+    return ::testing::AssertionFailure()
+           << "shape " << shape_str(actual.sizes()) << " vs " << shape_str(expected.sizes());
   }
   std::vector<double> a = values_of(actual), e = values_of(expected);
   for (size_t i = 0; i < a.size(); ++i) {
@@ -45,9 +47,8 @@ inline ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& 
     if (both_nan) continue;
     if (!(std::abs(a[i] - e[i]) <= atol + rtol * std::abs(e[i])) &&
         !(std::isinf(e[i]) && a[i] == e[i])) {
-      return ::testing::AssertionFailure()
-             << "element " << i << ": " << a[i] << " vs expected " << e[i] << " (rtol " << rtol
-             << ", atol " << atol << ")";
+      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs expected "
+                                           << e[i] << " (rtol " << rtol << ", atol " << atol << ")";
     }
   }
   return ::testing::AssertionSuccess();

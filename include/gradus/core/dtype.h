@@ -44,7 +44,9 @@ struct BFloat16 {
 float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
 inline Half::Half(float f) : bits(float_to_half(f)) {}
-inline Half::operator float() const { return half_to_float(bits); }
+inline Half::operator float() const {
+  return half_to_float(bits);
+}
 
 size_t dtype_size(DType t);
 // "float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool" (PyTorch's names).

@@ -50,7 +50,7 @@ std::string str_cat(const Args&... args) {
 }  // namespace gradus
 
 // GRADUS_CHECK(cond, ErrorType, "op: message ", value, ...) throws ErrorType when cond is false.
-#define GRADUS_CHECK(cond, ErrorType, ...)                    \
-  do {                                                        \
+#define GRADUS_CHECK(cond, ErrorType, ...)                                \
+  do {                                                                    \
     if (!(cond)) throw ErrorType(::gradus::detail::str_cat(__VA_ARGS__)); \
   } while (0)

@@ -60,7 +60,8 @@ class TensorImpl {
   int64_t numel() const { return numel_; }
   bool is_contiguous() const { return contiguous_; }
   void* data() const {
-    return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(dtype_size(dtype_));
+    return static_cast<char*>(storage_->data()) +
+           offset_ * static_cast<int64_t>(dtype_size(dtype_));
   }
 
   AutogradMeta* autograd() const { return autograd_.get(); }

@@ -30,8 +30,7 @@ double calculate_gain(const std::string& nonlinearity, double param = 0.01);
 
 // std = gain / sqrt(fan); uniform bound = sqrt(3) * std. `a` is the leaky_relu slope.
 Tensor& kaiming_uniform_(Tensor& t, double a = 0.0, FanMode mode = FanMode::fan_in,
-                         const std::string& nonlinearity = "leaky_relu",
-                         Generator* gen = nullptr);
+                         const std::string& nonlinearity = "leaky_relu", Generator* gen = nullptr);
 Tensor& kaiming_normal_(Tensor& t, double a = 0.0, FanMode mode = FanMode::fan_in,
                         const std::string& nonlinearity = "leaky_relu", Generator* gen = nullptr);
 // std = gain * sqrt(2 / (fan_in + fan_out)); uniform bound = sqrt(3) * std.

@@ -1,0 +1,57 @@
+// The subcommands of the gradus CLI. Each run_* returns the process exit code and throws
+// gradus::Error on failure (main prints it and exits with 1).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gradus/data/mnist.h"
+
+namespace gradus::cli {
+
+struct TrainOptions {
+  std::string model = "mlp";
+  std::string data = "fashion-mnist";
+  std::string data_dir;  // empty: data::kDefaultFashionMnistDir for fashion-mnist
+  int epochs = 10;
+  int64_t batch_size = 128;
+  double lr = 1e-3;
+  std::string optimizer = "adam";
+  double momentum = 0.9;      // sgd
+  double weight_decay = 0.0;  // sgd/adam: L2 added to the gradient; adamw: decoupled
+  std::string scheduler = "cosine";
+  int64_t warmup_steps = 0;
+  double step_gamma = 0.1;  // step scheduler: lr *= gamma every step_epochs epochs
+  int step_epochs = 0;      // 0: a third of the epochs
+  uint64_t seed = 0;
+  std::string device = "auto";
+  int threads = 0;  // 0: OpenMP's default
+  int workers = 1;
+  std::string metrics;  // JSONL file, appended
+  int64_t limit_train = -1;
+  int64_t limit_test = -1;
+  bool progress = true;
+};
+int run_train(const TrainOptions& o);
+
+struct BenchOptions {
+  std::string model = "mlp";
+  int64_t batch_size = 128;
+  int steps = 50;
+  int warmup = 5;
+  int repeats = 1;
+  int threads = 0;
+  std::string device = "auto";
+  int64_t gemm = 0;  // > 0: time an NxN SGEMM instead of a model
+  uint64_t seed = 0;
+};
+int run_bench(const BenchOptions& o);
+
+int run_info();
+
+// Shared by the commands: applies --threads (0 keeps the default) and resolves --device,
+// checking that a requested CUDA device exists.
+void apply_threads(int threads);
+Device resolve_device(const std::string& name);
+
+}  // namespace gradus::cli

@@ -1,0 +1,144 @@
+// gradus: train, benchmark and inspect from the command line.
+//   gradus train [--model mlp|cnn] [--epochs E] ...   train on Fashion-MNIST
+//   gradus bench --model mlp-large --batch-size 256    time training steps (one JSON line)
+//   gradus info                                        version, build, BLAS, devices
+// Exit codes: 0 success, 1 runtime error (message on stderr), 2 bad command line.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+#include "gradus/core/device.h"
+#include "gradus/core/error.h"
+
+namespace {
+
+// --device values are checked while parsing, so a typo is a command-line error (exit code 2).
+const CLI::Validator kDevice(
+    [](std::string& text) -> std::string {
+      try {
+        (void)gradus::Device::parse(text);
+        return {};
+      } catch (const gradus::Error& e) {
+        return e.what();
+      }
+    },
+    "DEVICE");
+
+using gradus::cli::BenchOptions;
+using gradus::cli::TrainOptions;
+
+void add_train(CLI::App& app, TrainOptions& o) {
+  CLI::App* c = app.add_subcommand("train", "Train a model and report test accuracy");
+  c->add_option("--model", o.model, "Model: mlp or cnn (also mlp-bench, mlp-large, cnn-bench)")
+      ->capture_default_str();
+  c->add_option("--data", o.data, "Dataset: fashion-mnist or mnist")
+      ->check(CLI::IsMember({"fashion-mnist", "mnist"}))
+      ->capture_default_str();
+  c->add_option("--data-dir", o.data_dir,
+                "Directory with the four IDX files (default for fashion-mnist: "
+                "/usr/share/datasets/fashion-mnist)");
+  c->add_option("--epochs", o.epochs, "Passes over the training set")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--batch-size", o.batch_size, "Examples per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--lr", o.lr, "Peak learning rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--optimizer", o.optimizer, "sgd, adam or adamw")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+      ->capture_default_str();
+  c->add_option("--momentum", o.momentum, "SGD momentum")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  c->add_option("--weight-decay", o.weight_decay, "Weight decay")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  c->add_option("--scheduler", o.scheduler, "LR schedule per step: none, cosine or step")
+      ->check(CLI::IsMember({"none", "cosine", "step"}))
+      ->capture_default_str();
+  c->add_option("--warmup-steps", o.warmup_steps, "Linear LR warm-up steps")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  c->add_option("--step-epochs", o.step_epochs,
+                "step scheduler: epochs between LR drops (0: a third of --epochs)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--step-gamma", o.step_gamma, "step scheduler: LR factor per drop")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--seed", o.seed, "Seed for initialisation, shuffling and dropout")
+      ->capture_default_str();
+  c->add_option("--device", o.device, "auto, cpu, cuda or cuda:N")
+      ->check(kDevice)
+      ->capture_default_str();
+  c->add_option("--threads", o.threads, "CPU threads (0: all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  c->add_option("--workers", o.workers, "Data-loading threads (0: load in the training thread)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  c->add_option("--metrics", o.metrics, "Append one JSON line per epoch to this file");
+  c->add_option("--limit-train", o.limit_train, "Use only the first N training examples")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--limit-test", o.limit_test, "Use only the first N test examples")
+      ->check(CLI::PositiveNumber);
+  c->add_flag("!--no-progress", o.progress, "Do not draw the progress bar");
+}
+
+void add_bench(CLI::App& app, BenchOptions& o) {
+  CLI::App* c = app.add_subcommand(
+      "bench", "Time full training steps (forward, loss, backward, Adam) or an SGEMM");
+  c->add_option("--model", o.model, "mlp (784-128-10), mlp-large (784-1024-1024-10) or cnn")
+      ->check(CLI::IsMember({"mlp", "mlp-large", "cnn"}))
+      ->capture_default_str();
+  c->add_option("--batch-size", o.batch_size, "Examples per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--steps", o.steps, "Timed steps per repeat")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--warmup", o.warmup, "Untimed steps first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  c->add_option("--repeats", o.repeats, "Repeat the timing; the median step time is reported")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--threads", o.threads, "CPU threads (0: all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  c->add_option("--device", o.device, "auto, cpu, cuda or cuda:N")
+      ->check(kDevice)
+      ->capture_default_str();
+  c->add_option("--gemm", o.gemm, "Instead of a model, time an NxN float32 matmul (GFLOP/s)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--seed", o.seed, "Seed of the random inputs")->capture_default_str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gradus: a C++ deep-learning training framework", "gradus"};
+  app.set_version_flag("--version", std::string("gradus ") + GRADUS_VERSION);
+  app.require_subcommand(1);
+  TrainOptions train;
+  BenchOptions bench;
+  add_train(app, train);
+  add_bench(app, bench);
+  app.add_subcommand("info", "Version, build options, threads, BLAS and devices");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // prints help/version (rc 0) or the error
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    if (app.got_subcommand("train")) return gradus::cli::run_train(train);
+    if (app.got_subcommand("bench")) return gradus::cli::run_bench(bench);
+    return gradus::cli::run_info();
+  } catch (const std::exception& e) {  // gradus::Error and anything else: never an abort
+    std::fprintf(stderr, "gradus: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,73 @@
+#include "progress.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+
+namespace gradus::cli {
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const auto s = static_cast<int64_t>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld", static_cast<long long>(s / 60),
+                  static_cast<long long>(s % 60));
+  }
+  return buf;
+}
+
+Progress::Progress(std::string label, int64_t total, bool enabled)
+    : label_(std::move(label)),
+      total_(total),
+      enabled_(enabled),
+      tty_(isatty(STDERR_FILENO) == 1),
+      start_(std::chrono::steady_clock::now()),
+      last_draw_(start_) {
+  next_report_ = std::max<int64_t>(1, total_ / 10);
+}
+
+double Progress::elapsed_seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+std::string Progress::line(int64_t done, double loss, int64_t samples) const {
+  const double elapsed = elapsed_seconds();
+  const double rate = elapsed > 0 ? static_cast<double>(samples) / elapsed : 0.0;
+  const double eta = done > 0 ? elapsed * static_cast<double>(total_ - done) / done : NAN;
+  constexpr int kWidth = 24;
+  const int filled = total_ > 0 ? static_cast<int>(kWidth * done / total_) : kWidth;
+  std::string bar(static_cast<size_t>(filled), '=');
+  if (filled < kWidth) bar += '>' + std::string(static_cast<size_t>(kWidth - filled - 1), ' ');
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "%s [%s] %lld/%lld loss %.4f  %.0f samples/s  ETA %s",
+                label_.c_str(), bar.c_str(), static_cast<long long>(done),
+                static_cast<long long>(total_), loss, rate, format_duration(eta).c_str());
+  return buf;
+}
+
+void Progress::update(int64_t done, double loss, int64_t samples) {
+  if (!enabled_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (tty_) {
+    if (done < total_ && drawn_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    std::fprintf(stderr, "\r%s\033[K", line(done, loss, samples).c_str());
+    std::fflush(stderr);
+    last_draw_ = now;
+    drawn_ = true;
+  } else if (done >= next_report_ || done == total_) {
+    std::fprintf(stderr, "%s\n", line(done, loss, samples).c_str());
+    while (next_report_ <= done) next_report_ += std::max<int64_t>(1, total_ / 10);
+  }
+}
+
+void Progress::finish() {
+  if (enabled_ && tty_ && drawn_) std::fprintf(stderr, "\n");
+  drawn_ = false;
+}
+
+}  // namespace gradus::cli

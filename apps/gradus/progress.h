@@ -1,0 +1,38 @@
+// A progress bar for training loops on stderr: loss, samples/s and ETA. On a terminal it redraws
+// one line with '\r' (at most ~10 times a second); when stderr is a file or pipe it prints a
+// plain line at about every 10% of the work, so logs stay readable.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace gradus::cli {
+
+class Progress {
+ public:
+  // `label` prefixes every line (e.g. "epoch 3/10"); total = steps in this bar.
+  Progress(std::string label, int64_t total, bool enabled = true);
+  // After step `done` (1-based) with the running mean loss and samples processed so far.
+  void update(int64_t done, double loss, int64_t samples);
+  // Ends the bar (a newline on a terminal).
+  void finish();
+  double elapsed_seconds() const;
+
+ private:
+  std::string line(int64_t done, double loss, int64_t samples) const;
+
+  std::string label_;
+  int64_t total_;
+  bool enabled_;
+  bool tty_;
+  int64_t next_report_ = 0;  // non-tty: next step at which a line is printed
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_draw_;
+  bool drawn_ = false;
+};
+
+// "1:02:03" or "2:03".
+std::string format_duration(double seconds);
+
+}  // namespace gradus::cli

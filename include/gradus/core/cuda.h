@@ -1,0 +1,178 @@
+// The CUDA runtime as gradus exposes it: devices and their properties, memory statistics of the
+// stream-ordered pool allocator, streams and events, pinned host memory, TF32 control.
+//
+// Always includable. In a build with the CUDA backend (gradus::gradus then defines
+// GRADUS_HAS_CUDA=1) these are real; in a CPU-only build they are inline stand-ins: no devices,
+// zero statistics, and the calls that need a device throw DeviceError.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "gradus/core/device.h"
+#include "gradus/core/error.h"
+
+namespace gradus {
+class Tensor;
+}
+
+namespace gradus::cuda {
+
+struct DeviceProperties {
+  int index = 0;
+  std::string name;  // "NVIDIA H200"
+  int major = 0, minor = 0;  // compute capability
+  int multiprocessors = 0;
+  size_t total_memory = 0;          // bytes
+  size_t l2_cache_bytes = 0;
+  size_t shared_memory_per_block = 0;        // default limit
+  size_t shared_memory_per_block_optin = 0;  // with cudaFuncSetAttribute
+  size_t shared_memory_per_multiprocessor = 0;
+  int max_threads_per_block = 0;
+  int max_threads_per_multiprocessor = 0;
+  int warp_size = 32;
+  int memory_clock_khz = 0;   // 0 when the driver does not report it
+  int memory_bus_width = 0;   // bits
+  double memory_bandwidth_gbps = 0;  // peak: 2 * clock * bus width / 8 (GB/s)
+  int clock_khz = 0;
+  std::string pci_bus_id;  // "0000:1b:00.0"
+  int driver_version = 0;  // e.g. 13000
+  int runtime_version = 0;
+};
+
+// Bytes, per device. `allocated` counts live tensors; `reserved` is what the pool holds from the
+// driver (freed blocks are kept for reuse); peaks are since the start or the last reset.
+struct MemoryStats {
+  size_t allocated = 0;
+  size_t peak_allocated = 0;
+  size_t reserved = 0;
+  size_t peak_reserved = 0;
+  size_t free = 0;   // device-wide, from cudaMemGetInfo
+  size_t total = 0;
+  uint64_t num_allocs = 0;
+  uint64_t num_ooms = 0;
+};
+
+// cudaStream_t / cudaEvent_t without including CUDA headers.
+using StreamHandle = void*;
+
+#if GRADUS_HAS_CUDA
+
+inline constexpr bool kBuiltWithCuda = true;
+int device_count();  // 0 without a driver or GPU; never throws
+inline bool is_available() { return device_count() > 0; }
+int current_device();
+void set_device(int device);
+// device = -1 means the current device.
+DeviceProperties device_properties(int device = -1);
+void synchronize(int device = -1);  // waits for all work on the device
+MemoryStats memory_stats(int device = -1);
+void reset_peak_memory_stats(int device = -1);
+// Returns the pool's cached free blocks to the driver (synchronizes the device).
+void empty_cache(int device = -1);
+
+// TF32 tensor cores for float32 GEMM and convolution (off by default, like PyTorch's matmul;
+// GRADUS_ALLOW_TF32=1 in the environment turns it on at start-up).
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+// The stream every kernel of a device runs on, and a second one for input prefetch.
+StreamHandle current_stream(int device = -1);
+StreamHandle copy_stream(int device = -1);
+// Makes `stream` the device's compute stream (nullptr restores the default one).
+void set_current_stream(StreamHandle stream, int device = -1);
+
+// Runs the enclosed ops on another stream of the device (e.g. copy_stream()).
+class StreamGuard {
+ public:
+  StreamGuard(StreamHandle stream, int device = -1);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  int device_;
+  StreamHandle previous_;
+};
+
+// A CUDA event (timing enabled).
+class Event {
+ public:
+  explicit Event(int device = -1);
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(StreamHandle stream = nullptr);  // nullptr = the current stream
+  void wait(StreamHandle stream = nullptr) const;  // the stream waits for this event
+  void synchronize() const;  // the host waits
+  bool query() const;        // true when completed
+  float elapsed_ms(const Event& end) const;  // between this (start) and end
+
+ private:
+  int device_;
+  void* event_ = nullptr;
+};
+
+// Page-locked host memory (fast, asynchronous transfers).
+void* alloc_pinned(size_t nbytes);
+void free_pinned(void* ptr);
+bool is_pinned(const void* ptr);
+// Copies contiguous host bytes into a contiguous CUDA tensor on `stream` (nullptr = current) and
+// returns at once: the host buffer must stay untouched until an event recorded after it has
+// completed. Use with pinned buffers (pageable memory is staged by the driver).
+void copy_from_host_async(const void* host, const Tensor& dst, StreamHandle stream = nullptr);
+
+#else  // CPU-only build: no devices.
+
+inline constexpr bool kBuiltWithCuda = false;
+namespace detail {
+[[noreturn]] inline void no_cuda(const char* what) {
+  throw DeviceError(std::string(what) +
+                    ": this build of gradus has no CUDA backend (configure with "
+                    "-DGRADUS_USE_CUDA=ON on a machine with the CUDA toolkit)");
+}
+}  // namespace detail
+inline int device_count() { return 0; }
+inline bool is_available() { return false; }
+inline int current_device() { return 0; }
+inline void set_device(int) { detail::no_cuda("cuda::set_device"); }
+inline DeviceProperties device_properties(int = -1) {
+  detail::no_cuda("cuda::device_properties");
+}
+inline void synchronize(int = -1) {}
+inline MemoryStats memory_stats(int = -1) { return {}; }
+inline void reset_peak_memory_stats(int = -1) {}
+inline void empty_cache(int = -1) {}
+inline void set_allow_tf32(bool) {}
+inline bool allow_tf32() { return false; }
+inline StreamHandle current_stream(int = -1) { return nullptr; }
+inline StreamHandle copy_stream(int = -1) { return nullptr; }
+inline void set_current_stream(StreamHandle, int = -1) {}
+inline void* alloc_pinned(size_t) { detail::no_cuda("cuda::alloc_pinned"); }
+inline void free_pinned(void*) {}
+inline bool is_pinned(const void*) { return false; }
+inline void copy_from_host_async(const void*, const Tensor&, StreamHandle = nullptr) {
+  detail::no_cuda("cuda::copy_from_host_async");
+}
+class StreamGuard {
+ public:
+  explicit StreamGuard(StreamHandle, int = -1) {}
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+};
+class Event {
+ public:
+  explicit Event(int = -1) { detail::no_cuda("cuda::Event"); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(StreamHandle = nullptr) {}
+  void wait(StreamHandle = nullptr) const {}
+  void synchronize() const {}
+  bool query() const { return true; }
+  float elapsed_ms(const Event&) const { return 0; }
+};
+
+#endif
+
+}  // namespace gradus::cuda

@@ -1,0 +1,7 @@
+// gradus::io: safetensors weights, module save/load and crash-safe training checkpoints.
+#pragma once
+
+#include "gradus/io/atomic_file.h"
+#include "gradus/io/checkpoint.h"
+#include "gradus/io/module_io.h"
+#include "gradus/io/safetensors.h"

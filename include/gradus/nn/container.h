@@ -1,0 +1,64 @@
+// Containers: Sequential (chains its children's forwards) and ModuleList (holds modules without a
+// forward). Children are named "0", "1", ... like PyTorch, so state_dict keys are "0.weight", ...
+#pragma once
+
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gradus/nn/module.h"
+
+namespace gradus::nn {
+
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  Sequential(std::initializer_list<std::shared_ptr<Module>> modules);
+  explicit Sequential(const std::vector<std::shared_ptr<Module>>& modules);
+
+  // Appends under the next index name ("0", "1", ...). Returns *this for chaining.
+  Sequential& push_back(std::shared_ptr<Module> module);
+  // Appends under an explicit name (like nn.Sequential(OrderedDict(...))).
+  Sequential& push_back(const std::string& name, std::shared_ptr<Module> module);
+
+  Tensor forward(const Tensor& x) override;
+
+  size_t size() const { return named_children().size(); }
+  bool empty() const { return size() == 0; }
+  // Negative indices count from the end. Throws IndexError when out of range.
+  std::shared_ptr<Module> operator[](int64_t index) const;
+  // The module at `index` as M; throws ValueError if it is something else.
+  template <typename M>
+  std::shared_ptr<M> at(int64_t index) const {
+    auto m = std::dynamic_pointer_cast<M>((*this)[index]);
+    GRADUS_CHECK(m != nullptr, ValueError, type_name(), "::at: module ", index, " is a ",
+                 (*this)[index]->type_name());
+    return m;
+  }
+};
+
+class ModuleList : public Module {
+ public:
+  ModuleList() = default;
+  ModuleList(std::initializer_list<std::shared_ptr<Module>> modules);
+
+  ModuleList& push_back(std::shared_ptr<Module> module);
+  size_t size() const { return named_children().size(); }
+  bool empty() const { return size() == 0; }
+  std::shared_ptr<Module> operator[](int64_t index) const;
+  template <typename M>
+  std::shared_ptr<M> at(int64_t index) const {
+    auto m = std::dynamic_pointer_cast<M>((*this)[index]);
+    GRADUS_CHECK(m != nullptr, ValueError, type_name(), "::at: module ", index, " is a ",
+                 (*this)[index]->type_name());
+    return m;
+  }
+  std::vector<std::shared_ptr<Module>>::const_iterator begin() const { return list_.begin(); }
+  std::vector<std::shared_ptr<Module>>::const_iterator end() const { return list_.end(); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> list_;
+};
+
+}  // namespace gradus::nn

@@ -1,0 +1,224 @@
+// Batched strided GEMM on OpenBLAS, with the bias + activation epilogue.
+//
+// Each operand's matrix is handed to cblas as row-major with a leading dimension: a column-major
+// operand (unit stride on the second-to-last axis) is the row-major transpose with the transpose
+// flag flipped, and a column-major output computes C^T = op(B)^T op(A)^T. Anything else is made
+// contiguous first. f16/bf16 are converted to f32, multiplied with sgemm and rounded back.
+#include <cblas.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/loops.h"
+#include "backend/cpu/vec_math.h"
+
+namespace gradus::backend::cpu {
+namespace {
+
+// Below this many multiply-adds per matrix, batches run in parallel (OpenBLAS single-threaded in
+// each); above it one matrix at a time with OpenBLAS's own threads.
+constexpr int64_t kSmallGemm = int64_t{96} * 96 * 96;
+
+struct View3 {  // a tensor seen as [batch, rows, cols] (element strides)
+  int64_t batch, rows, cols, bs, rs, cs;
+};
+
+View3 view3(const Tensor& t) {
+  if (t.dim() == 2) return {1, t.size(0), t.size(1), 0, t.stride(0), t.stride(1)};
+  return {t.size(0),   t.size(1),  t.size(2), t.size(0) == 1 ? 0 : t.stride(0),
+          t.stride(1), t.stride(2)};
+}
+
+// How cblas sees a stored [rows, cols] matrix: row-major with leading dimension ld, transposed
+// relative to the stored layout when `flipped`. False if neither layout fits.
+bool describe(const View3& v, bool& flipped, int64_t& ld) {
+  const int64_t r = v.rows, c = v.cols;
+  if ((v.cs == 1 || c == 1) && (r == 1 || v.rs >= std::max<int64_t>(c, 1))) {
+    flipped = false;
+    ld = r == 1 ? std::max<int64_t>(c, 1) : v.rs;
+    return true;
+  }
+  if ((v.rs == 1 || r == 1) && (c == 1 || v.cs >= std::max<int64_t>(r, 1))) {
+    flipped = true;
+    ld = c == 1 ? std::max<int64_t>(r, 1) : v.cs;
+    return true;
+  }
+  return false;
+}
+
+Tensor contiguous_copy(Backend& be, const Tensor& t, DType dtype) {
+  Tensor c = empty(t.sizes(), {dtype, t.device(), false});
+  be.copy(t, c);
+  return c;
+}
+
+// A [batch, rows, cols] tensor with batch 1 when t broadcasts over the batch (so broadcast
+// operands are converted once, not per batch).
+Tensor unbroadcast_batch(const Tensor& t) {
+  if (t.dim() == 3 && t.size(0) > 1 && t.stride(0) == 0) {
+    return t.as_strided_raw({1, t.size(1), t.size(2)}, {0, t.stride(1), t.stride(2)}, t.offset());
+  }
+  return t;
+}
+
+template <typename T>
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+               const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  const auto tr = [](bool t) { return t ? CblasTrans : CblasNoTrans; };
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, tr(ta), tr(tb), static_cast<blasint>(m), static_cast<blasint>(n),
+                static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+                static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, tr(ta), tr(tb), static_cast<blasint>(m), static_cast<blasint>(n),
+                static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+                static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  }
+}
+
+template <typename T>
+inline T activate(Activation act, T v) {
+  switch (act) {
+    case Activation::relu:
+      return v < T(0) ? T(0) : v;
+    case Activation::gelu:
+      return vec::gelu(v);
+    case Activation::gelu_tanh:
+      return vec::gelu_tanh(v);
+    default:
+      return v;
+  }
+}
+
+// out[b, m, :] = act(out[b, m, :] + bias), rows in parallel.
+template <typename T>
+void epilogue(const Tensor& out, const GemmArgs& args) {
+  const View3 o = view3(out);
+  T* base = static_cast<T*>(out.raw_data());
+  const T* bias = args.bias ? static_cast<const T*>(args.bias->raw_data()) : nullptr;
+  const int64_t bias_stride = args.bias ? args.bias->stride(0) : 0;
+  const Activation act = args.activation;
+  parallel_for(o.batch * o.rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(o.cols, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; ++r) {
+                   T* row = base + (r / o.rows) * o.bs + (r % o.rows) * o.rs;
+                   const int64_t n = o.cols, cs = o.cs;
+                   if (cs == 1 && bias_stride == 1) {
+                     switch (act) {  // one loop per activation so each vectorises
+                       case Activation::relu:
+#pragma omp simd
+                         for (int64_t j = 0; j < n; ++j) {
+                           const T v = row[j] + bias[j];
+                           row[j] = v < T(0) ? T(0) : v;
+                         }
+                         break;
+                       case Activation::gelu:
+#pragma omp simd
+                         for (int64_t j = 0; j < n; ++j) row[j] = vec::gelu(row[j] + bias[j]);
+                         break;
+                       case Activation::gelu_tanh:
+#pragma omp simd
+                         for (int64_t j = 0; j < n; ++j) row[j] = vec::gelu_tanh(row[j] + bias[j]);
+                         break;
+                       default:
+#pragma omp simd
+                         for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
+                     }
+                   } else if (cs == 1 && bias == nullptr) {
+                     switch (act) {
+                       case Activation::relu:
+#pragma omp simd
+                         for (int64_t j = 0; j < n; ++j) row[j] = row[j] < T(0) ? T(0) : row[j];
+                         break;
+                       case Activation::gelu:
+#pragma omp simd
+                         for (int64_t j = 0; j < n; ++j) row[j] = vec::gelu(row[j]);
+                         break;
+                       default:
+#pragma omp simd
+                         for (int64_t j = 0; j < n; ++j) row[j] = activate(act, row[j]);
+                     }
+                   } else {
+                     for (int64_t j = 0; j < n; ++j) {
+                       const T v = row[j * cs] + (bias ? bias[j * bias_stride] : T(0));
+                       row[j * cs] = activate(act, v);
+                     }
+                   }
+                 }
+               });
+}
+
+template <typename T>
+void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& out, const GemmArgs& args) {
+  const View3 va = view3(a), vb = view3(b), vo = view3(out);
+  const int64_t batch = vo.batch, m = vo.rows, n = vo.cols;
+  const int64_t k = args.trans_a ? va.rows : va.cols;
+  bool fa, fb, fo;
+  int64_t lda, ldb, ldc;
+  describe(va, fa, lda);
+  describe(vb, fb, ldb);
+  describe(vo, fo, ldc);
+  const bool ta = args.trans_a != fa, tb = args.trans_b != fb;
+  const T alpha = static_cast<T>(args.alpha), beta = static_cast<T>(args.beta);
+  const T* pa = static_cast<const T*>(a.raw_data());
+  const T* pb = static_cast<const T*>(b.raw_data());
+  T* pc = static_cast<T*>(out.raw_data());
+  const int64_t abs = va.batch == 1 ? 0 : va.bs, bbs = vb.batch == 1 ? 0 : vb.bs;
+
+  auto one = [&](int64_t i) {
+    const T* ai = pa + i * abs;
+    const T* bi = pb + i * bbs;
+    T* ci = pc + i * vo.bs;
+    if (!fo) {
+      blas_gemm<T>(ta, tb, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
+    } else {  // column-major out: C^T = op(B)^T op(A)^T
+      blas_gemm<T>(!tb, !ta, n, m, k, alpha, bi, ldb, ai, lda, beta, ci, ldc);
+    }
+  };
+  if (batch > 1 && m * n * k <= kSmallGemm && omp_get_max_threads() > 1 && !omp_in_parallel()) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < batch; ++i) one(i);
+  } else {
+    for (int64_t i = 0; i < batch; ++i) one(i);
+  }
+  if (args.bias != nullptr || args.activation != Activation::none) epilogue<T>(out, args);
+}
+
+}  // namespace
+
+void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmArgs& args) {
+  if (out.numel() == 0) return;
+  const DType dt = out.dtype();
+  GRADUS_CHECK(is_floating(dt), DTypeError, "gemm: expected a floating dtype, got ",
+               dtype_name(dt));
+  // f16 / bf16: multiply in f32 and round once when storing.
+  if (dt == DType::f16 || dt == DType::bf16) {
+    const Tensor a32 = contiguous_copy(*this, unbroadcast_batch(a), DType::f32);
+    const Tensor b32 = contiguous_copy(*this, unbroadcast_batch(b), DType::f32);
+    Tensor out32 = empty(out.sizes(), {DType::f32, out.device(), false});
+    if (args.beta != 0.0) copy(out, out32);
+    Tensor bias32;
+    GemmArgs args32 = args;
+    if (args.bias != nullptr) {
+      bias32 = contiguous_copy(*this, *args.bias, DType::f32);
+      args32.bias = &bias32;
+    }
+    gemm(a32, b32, out32, args32);  // a batch of 1 broadcasts (view3 gives it batch stride 0)
+    copy(out32, out);
+    return;
+  }
+  bool flipped;
+  int64_t ld;
+  // Operands whose matrices are neither row- nor column-major are made contiguous.
+  if (!describe(view3(a), flipped, ld)) return gemm(contiguous_copy(*this, a, dt), b, out, args);
+  if (!describe(view3(b), flipped, ld)) return gemm(a, contiguous_copy(*this, b, dt), out, args);
+  if (!describe(view3(out), flipped, ld)) {
+    Tensor tmp = empty(out.sizes(), {dt, out.device(), false});
+    if (args.beta != 0.0) copy(out, tmp);
+    gemm(a, b, tmp, args);
+    copy(tmp, out);
+    return;
+  }
+  if (dt == DType::f64) return gemm_typed<double>(a, b, out, args);
+  gemm_typed<float>(a, b, out, args);
+}
+
+}  // namespace gradus::backend::cpu

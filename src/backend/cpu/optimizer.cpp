@@ -1,0 +1,170 @@
+// Fused multi-tensor SGD and Adam/AdamW steps: one pass over each parameter, all tensors cut into
+// fixed chunks that threads share (so many small tensors parallelise as well as one big one).
+//
+// The arithmetic follows torch.optim.SGD / Adam / AdamW with foreach=False operation by
+// operation (same order of float roundings, scalars computed in double and cast once):
+//   SGD:  g = maximize ? -g : g;  g = g + wd * p;
+//         buf = first_step ? g : buf * momentum + (1 - dampening) * g;
+//         g = nesterov ? g + momentum * buf : buf;  p = p + (-lr) * g
+//   Adam: g = maximize ? -g : g;  Adam: g = g + wd * p;  AdamW: p = p * (1 - lr * wd);
+//         m = lerp(m, g, 1 - beta1);  v = v * beta2 + ((1 - beta2) * g) * g;
+//         [amsgrad: vmax = max(vmax, v), used below instead of v]
+//         denom = sqrt(v) / sqrt(1 - beta2^step) + eps;  p = p + ((-lr / (1 - beta1^step)) * m) /
+//         denom
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/loops.h"
+
+namespace gradus::backend::cpu {
+namespace {
+
+constexpr int64_t kOptChunk = 16384;
+
+struct Chunk {
+  size_t tensor;
+  int64_t begin, end;
+};
+
+std::vector<Chunk> make_chunks(const std::vector<Tensor>& params, int64_t& total) {
+  std::vector<Chunk> chunks;
+  total = 0;
+  for (size_t t = 0; t < params.size(); ++t) {
+    const int64_t n = params[t].numel();
+    total += n;
+    for (int64_t b = 0; b < n; b += kOptChunk) chunks.push_back({t, b, std::min(n, b + kOptChunk)});
+  }
+  return chunks;
+}
+
+template <typename F>
+void run_chunks(const std::vector<Chunk>& chunks, int64_t total, const F& fn) {
+  const int64_t n = static_cast<int64_t>(chunks.size());
+  const int64_t grain = std::max<int64_t>(1, n * kGrain / std::max<int64_t>(total, 1));
+  parallel_for(n, grain, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) fn(chunks[static_cast<size_t>(c)]);
+  });
+}
+
+void check_params(const char* op, const std::vector<Tensor>& params) {
+  for (const Tensor& p : params) {
+    GRADUS_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, DTypeError, op,
+                 ": parameters must be float32 or float64 on the CPU, got ", dtype_name(p.dtype()));
+  }
+}
+
+template <typename T>
+void sgd_chunk(T* p, const T* g, T* buf, int64_t n, const SgdArgs& a) {
+  const T lr = static_cast<T>(-a.lr), wd = static_cast<T>(a.weight_decay);
+  const T mom = static_cast<T>(a.momentum), damp = static_cast<T>(1.0 - a.dampening);
+  const bool decay = a.weight_decay != 0.0, first = a.first_step, nesterov = a.nesterov;
+  const T sign = a.maximize ? T(-1) : T(1);
+  if (buf == nullptr) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      T gi = sign * g[i];
+      if (decay) gi = gi + wd * p[i];
+      p[i] = p[i] + lr * gi;
+    }
+    return;
+  }
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    T gi = sign * g[i];
+    if (decay) gi = gi + wd * p[i];
+    const T b = first ? gi : buf[i] * mom + damp * gi;
+    buf[i] = b;
+    gi = nesterov ? gi + mom * b : b;
+    p[i] = p[i] + lr * gi;
+  }
+}
+
+template <typename T>
+void adam_chunk(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamArgs& a) {
+  const double step = static_cast<double>(a.step);
+  const double bias1 = 1.0 - std::pow(a.beta1, step);
+  const double bias2_sqrt = std::sqrt(1.0 - std::pow(a.beta2, step));
+  const T neg_step_size = static_cast<T>(-(a.lr / bias1));
+  const T bc2 = static_cast<T>(bias2_sqrt), eps = static_cast<T>(a.eps);
+  const T w1 = static_cast<T>(1.0 - a.beta1), b2 = static_cast<T>(a.beta2);
+  const T one_minus_b2 = static_cast<T>(1.0 - a.beta2);
+  const T wd = static_cast<T>(a.weight_decay);
+  const T decoupled_scale = static_cast<T>(1.0 - a.lr * a.weight_decay);
+  const bool l2 = a.weight_decay != 0.0 && !a.decoupled_weight_decay;
+  const bool decoupled = a.weight_decay != 0.0 && a.decoupled_weight_decay;
+  const bool small_w = std::fabs(1.0 - a.beta1) < 0.5;  // torch.lerp's two formulas
+  const T sign = a.maximize ? T(-1) : T(1);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    T gi = sign * g[i];
+    T pi = p[i];
+    if (l2) gi = gi + wd * pi;
+    if (decoupled) pi = pi * decoupled_scale;
+    const T mi = small_w ? m[i] + w1 * (gi - m[i]) : gi - (gi - m[i]) * (T(1) - w1);
+    const T vi = v[i] * b2 + one_minus_b2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    T vd = vi;
+    if (vmax != nullptr) {
+      vd = vmax[i] > vi ? vmax[i] : vi;
+      vmax[i] = vd;
+    }
+    const T denom = std::sqrt(vd) / bc2 + eps;
+    p[i] = pi + neg_step_size * mi / denom;
+  }
+}
+
+}  // namespace
+
+void CpuBackend::sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                          const std::vector<Tensor>& momentum_buffers, const SgdArgs& args) {
+  check_params("sgd_step", params);
+  int64_t total;
+  const std::vector<Chunk> chunks = make_chunks(params, total);
+  const bool use_buf = args.momentum != 0.0;
+  run_chunks(chunks, total, [&](const Chunk& c) {
+    const Tensor& p = params[c.tensor];
+    const Tensor* buf =
+        use_buf && c.tensor < momentum_buffers.size() && momentum_buffers[c.tensor].defined()
+            ? &momentum_buffers[c.tensor]
+            : nullptr;
+    const int64_t n = c.end - c.begin;
+    if (p.dtype() == DType::f64) {
+      sgd_chunk<double>(static_cast<double*>(p.raw_data()) + c.begin,
+                        static_cast<const double*>(grads[c.tensor].raw_data()) + c.begin,
+                        buf ? static_cast<double*>(buf->raw_data()) + c.begin : nullptr, n, args);
+    } else {
+      sgd_chunk<float>(static_cast<float*>(p.raw_data()) + c.begin,
+                       static_cast<const float*>(grads[c.tensor].raw_data()) + c.begin,
+                       buf ? static_cast<float*>(buf->raw_data()) + c.begin : nullptr, n, args);
+    }
+  });
+}
+
+void CpuBackend::adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                           const std::vector<Tensor>& exp_avg,
+                           const std::vector<Tensor>& exp_avg_sq,
+                           const std::vector<Tensor>& max_exp_avg_sq, const AdamArgs& args) {
+  check_params("adam_step", params);
+  int64_t total;
+  const std::vector<Chunk> chunks = make_chunks(params, total);
+  const bool ams = args.amsgrad && !max_exp_avg_sq.empty();
+  run_chunks(chunks, total, [&](const Chunk& c) {
+    const size_t t = c.tensor;
+    const int64_t n = c.end - c.begin;
+    auto ptr = [&](const Tensor& x, auto tag) {
+      return static_cast<decltype(tag)*>(x.raw_data()) + c.begin;
+    };
+    if (params[t].dtype() == DType::f64) {
+      adam_chunk<double>(ptr(params[t], 0.0), ptr(grads[t], 0.0), ptr(exp_avg[t], 0.0),
+                         ptr(exp_avg_sq[t], 0.0), ams ? ptr(max_exp_avg_sq[t], 0.0) : nullptr, n,
+                         args);
+    } else {
+      adam_chunk<float>(ptr(params[t], 0.0f), ptr(grads[t], 0.0f), ptr(exp_avg[t], 0.0f),
+                        ptr(exp_avg_sq[t], 0.0f), ams ? ptr(max_exp_avg_sq[t], 0.0f) : nullptr, n,
+                        args);
+    }
+  });
+}
+
+}  // namespace gradus::backend::cpu

@@ -1,0 +1,102 @@
+// The CUDA backend: cuBLASLt for GEMM, cuDNN for convolution, own kernels for everything else.
+// Host code (.cpp: argument preparation, library calls) is compiled with the project's warnings;
+// kernels live in one .cu per family behind the plain launchers of kernels.h.
+#pragma once
+
+#include "backend/backend.h"
+
+namespace gradus::backend::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  DeviceType device_type() const override { return DeviceType::CUDA; }
+  const char* name() const override { return "cuda"; }
+
+  // runtime.cpp (transfers), elementwise.cpp (the rest)
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void copy_from_host(const void* host, const Tensor& dst_contiguous) override;
+  void copy_to_host(const Tensor& src_contiguous, void* host) override;
+  void fill(const Tensor& dst, double value) override;
+  void arange(const Tensor& dst, double start, double step) override;
+  void synchronize() override;
+
+  // elementwise.cpp
+  void unary(UnaryOp op, const Tensor& x, const Tensor& out, double a, double b) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out,
+              double alpha) override;
+  void ternary(TernaryOp op, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& out,
+               double alpha) override;
+
+  // elementwise.cpp
+  void reduce(ReduceOp op, const Tensor& x, const Tensor& out,
+              const std::vector<int64_t>& dims) override;
+
+  // gemm.cpp (cuBLASLt)
+  void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmArgs& args) override;
+
+  // nn.cpp
+  void softmax(const Tensor& x, const Tensor& out, bool log) override;
+  void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in,
+                        bool log) override;
+  // nn.cpp
+  void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight,
+                     int64_t ignore_index, double label_smoothing, const Tensor& loss,
+                     const Tensor& lse) override;
+  void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target,
+                              const Tensor& weight, int64_t ignore_index, double label_smoothing,
+                              const Tensor& lse, const Tensor& grad_logits) override;
+  // nn.cpp
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                  const Tensor& out, const Tensor& mean, const Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                           const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
+                           const Tensor& grad_weight, const Tensor& grad_bias) override;
+  void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const Tensor& running_mean, const Tensor& running_var, bool training,
+                  double momentum, double eps, const Tensor& out, const Tensor& save_mean,
+                  const Tensor& save_rstd) override;
+  void batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                           const Tensor& save_mean, const Tensor& save_rstd, const Tensor& grad_x,
+                           const Tensor& grad_weight, const Tensor& grad_bias) override;
+  // conv.cpp (cuDNN)
+  void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
+              const Conv2dArgs& args) override;
+  void conv2d_backward_data(const Tensor& grad_out, const Tensor& w, const Tensor& grad_x,
+                            const Conv2dArgs& args) override;
+  void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Tensor& grad_w,
+                              const Tensor& grad_bias, const Conv2dArgs& args) override;
+  // nn.cpp
+  void max_pool2d(const Tensor& x, const Tensor& out, const Tensor& indices,
+                  const Pool2dArgs& args) override;
+  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices,
+                           const Tensor& grad_x) override;
+  void avg_pool2d(const Tensor& x, const Tensor& out, const Pool2dArgs& args) override;
+  void avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x,
+                           const Pool2dArgs& args) override;
+  void adaptive_avg_pool2d(const Tensor& x, const Tensor& out) override;
+  void adaptive_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) override;
+
+  // nn.cpp
+  void index_select_rows(const Tensor& table, const Tensor& index, const Tensor& out) override;
+  void index_add_rows(const Tensor& grad_out, const Tensor& index,
+                      const Tensor& grad_table) override;
+  void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override;
+  void scatter_add(const Tensor& out, int64_t dim, const Tensor& index,
+                   const Tensor& src) override;
+
+  // nn.cpp
+  void uniform(const Tensor& out, PhiloxState state, double lo, double hi) override;
+  void normal(const Tensor& out, PhiloxState state, double mean, double std) override;
+  void bernoulli(const Tensor& out, const Tensor& p, PhiloxState state) override;
+  void dropout(const Tensor& x, double p, PhiloxState state, const Tensor& out,
+               const Tensor& mask) override;
+
+  // nn.cpp
+  void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& momentum_buffers, const SgdArgs& args) override;
+  void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avg, const std::vector<Tensor>& exp_avg_sq,
+                 const std::vector<Tensor>& max_exp_avg_sq, const AdamArgs& args) override;
+};
+
+}  // namespace gradus::backend::cuda

@@ -1,0 +1,304 @@
+// The CUDA runtime layer: devices, streams, the stream-ordered pool allocator with its statistics,
+// library handles, host transfers, the public gradus::cuda API and the backend singleton.
+//
+// Nothing here touches the driver before a CUDA device is actually used: cuda_backend() runs at
+// static-initialisation time (src/ops/dispatch.cpp) on machines that may have no GPU or driver.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/runtime.h"
+#include "gradus/core/cuda.h"
+
+namespace gradus::backend::cuda {
+
+// ------------------------------------------------------------------------------- errors
+void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line,
+                      const char* op) {
+  const std::string msg = detail::str_cat(op, ": CUDA error ", cudaGetErrorName(err), " (",
+                                          cudaGetErrorString(err), ") in ", call, " at ", file,
+                                          ":", line);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not sticky: clear it so later calls work
+    throw OutOfMemoryError(msg);
+  }
+  if (err == cudaErrorNoDevice || err == cudaErrorInvalidDevice ||
+      err == cudaErrorInsufficientDriver) {
+    throw DeviceError(msg);
+  }
+  throw Error(msg);
+}
+
+void throw_library_error(const char* library, int status, const char* status_name,
+                         const char* call, const char* file, int line, const char* op) {
+  throw Error(detail::str_cat(op, ": ", library, " error ", status, " (",
+                              status_name ? status_name : "?", ") in ", call, " at ", file, ":",
+                              line));
+}
+
+namespace {
+
+std::string format_bytes(size_t bytes) {
+  char buf[64];
+  const double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024 * 1024) {
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  } else if (b >= 1024.0 * 1024) {
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
+  } else if (b >= 1024.0) {
+    std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
+  } else {
+    std::snprintf(buf, sizeof buf, "%zu bytes", bytes);
+  }
+  return buf;
+}
+
+// Leaked on purpose: tensors may be freed during static destruction, after which a destroyed
+// state would be used.
+DeviceState* g_states = new DeviceState[kMaxDevices];
+std::once_flag g_state_once[kMaxDevices];
+
+std::atomic<int> g_tf32{-1};  // -1: read GRADUS_ALLOW_TF32 on first use
+
+size_t pool_reserved(const DeviceState& s, cudaMemPoolAttr attr) {
+  uint64_t v = 0;
+  if (cudaMemPoolGetAttribute(s.pool, attr, &v) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<size_t>(v);
+}
+
+void init_device(DeviceState& s, int index) {
+  s.index = index;
+  DeviceGuard guard(index);
+  GRADUS_CUDA_CHECK("cuda init", cudaGetDeviceProperties(&s.props, index));
+  GRADUS_CUDA_CHECK("cuda init",
+                    cudaStreamCreateWithFlags(&s.default_stream, cudaStreamNonBlocking));
+  GRADUS_CUDA_CHECK("cuda init", cudaStreamCreateWithFlags(&s.copy_stream, cudaStreamNonBlocking));
+  s.current.store(s.default_stream);
+  GRADUS_CUDA_CHECK("cuda init", cudaDeviceGetDefaultMemPool(&s.pool, index));
+  // Keep freed blocks in the pool instead of returning them to the driver at every sync.
+  uint64_t threshold = UINT64_MAX;
+  GRADUS_CUDA_CHECK("cuda init",
+                    cudaMemPoolSetAttribute(s.pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------- devices
+int device_count() {
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();
+      n = 0;
+    }
+    return n < kMaxDevices ? n : kMaxDevices;
+  }();
+  return count;
+}
+
+DeviceState& device_state(int index) {
+  const int count = device_count();
+  GRADUS_CHECK(index >= 0 && index < count, DeviceError, "cuda:", index,
+               " is not available: ", count == 0 ? "no CUDA device (or driver) was found"
+                                                 : detail::str_cat(count, " CUDA device(s) visible"));
+  std::call_once(g_state_once[index], [&] { init_device(g_states[index], index); });
+  return g_states[index];
+}
+
+DeviceGuard::DeviceGuard(int index) {
+  int current = -1;
+  GRADUS_CUDA_CHECK("set device", cudaGetDevice(&current));
+  if (current != index) {
+    GRADUS_CUDA_CHECK("set device", cudaSetDevice(index));
+    previous_ = current;
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+bool tf32_allowed() {
+  int v = g_tf32.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("GRADUS_ALLOW_TF32");
+    v = env != nullptr && (std::strcmp(env, "1") == 0 || std::strcmp(env, "true") == 0) ? 1 : 0;
+    int expected = -1;
+    g_tf32.compare_exchange_strong(expected, v);
+    v = g_tf32.load();
+  }
+  return v == 1;
+}
+
+void set_tf32_allowed(bool allow) { g_tf32.store(allow ? 1 : 0); }
+
+// ------------------------------------------------------------------------------- memory
+void* pool_allocate(size_t nbytes, int device, const char* op) {
+  if (nbytes == 0) return nullptr;
+  DeviceState& s = device_state(device);
+  DeviceGuard guard(device);
+  void* ptr = nullptr;
+  cudaError_t err = cudaMallocFromPoolAsync(&ptr, nbytes, s.pool, s.current.load());
+  if (err == cudaErrorMemoryAllocation) {
+    // Blocks freed on other streams become reusable once the device is idle.
+    cudaGetLastError();
+    cudaDeviceSynchronize();
+    err = cudaMallocFromPoolAsync(&ptr, nbytes, s.pool, s.current.load());
+  }
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    s.num_ooms.fetch_add(1);
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) cudaGetLastError();
+    throw OutOfMemoryError(detail::str_cat(
+        op, ": CUDA out of memory on cuda:", device, " allocating ", format_bytes(nbytes),
+        " (device: ", format_bytes(free), " free of ", format_bytes(total), " total; gradus: ",
+        format_bytes(s.allocated.load()), " allocated by tensors, ",
+        format_bytes(pool_reserved(s, cudaMemPoolAttrReservedMemCurrent)),
+        " reserved by the pool). Hint: use a smaller --batch-size, mixed precision (--amp), or "
+        "activation checkpointing; gradus::cuda::memory_stats() shows usage."));
+  }
+  GRADUS_CUDA_CHECK(op, err);
+  const size_t now = s.allocated.fetch_add(nbytes) + nbytes;
+  size_t peak = s.peak_allocated.load();
+  while (now > peak && !s.peak_allocated.compare_exchange_weak(peak, now)) {
+  }
+  s.num_allocs.fetch_add(1);
+  return ptr;
+}
+
+void pool_free(void* ptr, size_t nbytes, int device) noexcept {
+  if (ptr == nullptr) return;
+  DeviceState& s = g_states[device];
+  s.allocated.fetch_sub(nbytes);
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();
+    return;  // the runtime is shutting down
+  }
+  if (current != device) cudaSetDevice(device);
+  if (cudaFreeAsync(ptr, s.current.load()) != cudaSuccess) cudaGetLastError();
+  if (current != device) cudaSetDevice(current);
+}
+
+Workspace::Workspace(size_t nbytes, int device, const char* op)
+    : data_(pool_allocate(nbytes, device, op)), nbytes_(nbytes), device_(device) {}
+
+Workspace::~Workspace() { pool_free(data_, nbytes_, device_); }
+
+namespace {
+
+class CudaAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes, int device_index) override {
+    if (nbytes == 0) return nullptr;
+    return pool_allocate(nbytes, device_index, "allocate");
+  }
+  void deallocate(void* ptr, size_t nbytes, int device_index) override {
+    pool_free(ptr, nbytes, device_index);
+  }
+};
+
+}  // namespace
+
+// ------------------------------------------------------------------------------- handles
+cublasLtHandle_t lt_handle(int device) {
+  DeviceState& s = device_state(device);
+  std::lock_guard<std::mutex> lock(s.handle_mu);
+  if (s.lt == nullptr) GRADUS_CUBLAS_CHECK("gemm", cublasLtCreate(&s.lt));
+  return s.lt;
+}
+
+cublasHandle_t blas_handle(int device) {
+  DeviceState& s = device_state(device);
+  std::lock_guard<std::mutex> lock(s.handle_mu);
+  if (s.blas == nullptr) {
+    DeviceGuard guard(device);
+    GRADUS_CUBLAS_CHECK("gemm", cublasCreate(&s.blas));
+  }
+  GRADUS_CUBLAS_CHECK("gemm", cublasSetStream(s.blas, s.current.load()));
+  return s.blas;
+}
+
+void* gemm_workspace(int device) {
+  DeviceState& s = device_state(device);
+  std::lock_guard<std::mutex> lock(s.handle_mu);
+  if (s.gemm_workspace == nullptr) {
+    // Allocated once and kept for the process: allocated on the default stream, then made visible
+    // to every stream by synchronising it.
+    s.gemm_workspace = pool_allocate(kGemmWorkspaceBytes, device, "gemm workspace");
+    GRADUS_CUDA_CHECK("gemm workspace", cudaStreamSynchronize(s.current.load()));
+  }
+  return s.gemm_workspace;
+}
+
+cudnnHandle_t cudnn_handle(int device) {
+  DeviceState& s = device_state(device);
+  std::lock_guard<std::mutex> lock(s.handle_mu);
+  if (s.cudnn == nullptr) {
+    DeviceGuard guard(device);
+    GRADUS_CUDNN_CHECK("conv2d", cudnnCreate(&s.cudnn));
+  }
+  GRADUS_CUDNN_CHECK("conv2d", cudnnSetStream(s.cudnn, s.current.load()));
+  return s.cudnn;
+}
+
+// ------------------------------------------------------------------------------- backend
+void CudaBackend::synchronize() {
+  const int n = device_count();
+  for (int d = 0; d < n; ++d) {
+    // Only devices that were used have state (and streams) to wait for.
+    DeviceGuard guard(d);
+    GRADUS_CUDA_CHECK("synchronize", cudaDeviceSynchronize());
+  }
+}
+
+void CudaBackend::copy_from_host(const void* host, const Tensor& dst) {
+  const size_t nbytes = static_cast<size_t>(dst.numel()) * dst.element_size();
+  if (nbytes == 0) return;
+  const int device = dst.device().index();
+  DeviceGuard guard(device);
+  cudaStream_t stream = stream_of(device);
+  GRADUS_CUDA_CHECK("copy to cuda", cudaMemcpyAsync(dst.raw_data(), host, nbytes,
+                                                    cudaMemcpyHostToDevice, stream));
+  // Pageable sources are staged by the driver before the call returns; a pinned source is read
+  // asynchronously, so wait until the caller may reuse it (gradus::cuda::copy_from_host_async
+  // is the non-blocking variant).
+  if (gradus::cuda::is_pinned(host)) {
+    GRADUS_CUDA_CHECK("copy to cuda", cudaStreamSynchronize(stream));
+  }
+}
+
+void CudaBackend::copy_to_host(const Tensor& src, void* host) {
+  const size_t nbytes = static_cast<size_t>(src.numel()) * src.element_size();
+  if (nbytes == 0) return;
+  const int device = src.device().index();
+  DeviceGuard guard(device);
+  cudaStream_t stream = stream_of(device);
+  GRADUS_CUDA_CHECK("copy from cuda", cudaMemcpyAsync(host, src.raw_data(), nbytes,
+                                                      cudaMemcpyDeviceToHost, stream));
+  GRADUS_CUDA_CHECK("copy from cuda", cudaStreamSynchronize(stream));
+}
+
+}  // namespace gradus::backend::cuda
+
+namespace gradus::backend {
+
+// Registers the allocator and the device-count hook; touches no CUDA API (see file comment).
+Backend* cuda_backend() {
+  static Backend* const instance = [] {
+    static cuda::CudaAllocator* allocator = new cuda::CudaAllocator();
+    register_allocator(DeviceType::CUDA, allocator);
+    set_cuda_device_count_hook(&cuda::device_count);
+    return static_cast<Backend*>(new cuda::CudaBackend());
+  }();
+  return instance;
+}
+
+}  // namespace gradus::backend

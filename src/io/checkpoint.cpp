@@ -1,0 +1,306 @@
+// Training checkpoints on top of safetensors + AtomicFile. See checkpoint.h for the file layout.
+#include "gradus/io/checkpoint.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <system_error>
+
+#include "gradus/io/atomic_file.h"
+#include "gradus/io/safetensors.h"
+
+namespace gradus::io {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kFormat = "gradus.checkpoint";
+constexpr int kFormatVersion = 1;
+constexpr const char* kModelPrefix = "model.";
+constexpr const char* kOptimPrefix = "optim.";
+constexpr const char* kExtraPrefix = "extra.";
+
+bool starts_with(const std::string& s, const char* prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+// Doubles as JSON numbers; inf/nan (which JSON cannot hold) as the strings "inf", "-inf", "nan".
+// nlohmann prints doubles with 17 significant digits, so values round-trip exactly.
+std::string encode_scalars(const std::map<std::string, double>& values) {
+  json j = json::object();
+  for (const auto& [k, v] : values) {
+    if (std::isfinite(v)) {
+      j[k] = v;
+    } else {
+      j[k] = std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+    }
+  }
+  return j.dump();
+}
+
+std::map<std::string, double> decode_scalars(const std::string& text, const std::string& file,
+                                             const std::string& key) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw IOError(detail::str_cat(file, ": metadata '", key, "' is not valid JSON: ", e.what()));
+  }
+  GRADUS_CHECK(j.is_object(), IOError, file, ": metadata '", key,
+               "' must be a JSON object of numbers");
+  std::map<std::string, double> out;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const json& v = it.value();
+    if (v.is_number()) {
+      out[it.key()] = v.get<double>();
+    } else if (v.is_string() && (v == "inf" || v == "-inf" || v == "nan")) {
+      const std::string s = v.get<std::string>();
+      out[it.key()] = s == "nan"   ? std::numeric_limits<double>::quiet_NaN()
+                      : s == "inf" ? std::numeric_limits<double>::infinity()
+                                   : -std::numeric_limits<double>::infinity();
+    } else {
+      throw IOError(detail::str_cat(file, ": metadata '", key, "': value of '", it.key(),
+                                    "' must be a number, got ", v.dump()));
+    }
+  }
+  return out;
+}
+
+// Parses the whole string as a decimal integer.
+template <typename T>
+bool parse_int(const std::string& s, T& out) {
+  const char* end = s.data() + s.size();
+  auto [p, ec] = std::from_chars(s.data(), end, out);
+  return ec == std::errc() && p == end && !s.empty();
+}
+
+// "ckpt-<digits>.safetensors" -> step; -1 when the name does not match exactly.
+int64_t step_of_filename(const std::string& name) {
+  static const std::string prefix = "ckpt-", suffix = ".safetensors";
+  if (name.size() <= prefix.size() + suffix.size()) return -1;
+  if (!starts_with(name, prefix.c_str())) return -1;
+  if (name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return -1;
+  const std::string digits =
+      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return -1;
+  }
+  int64_t step = -1;
+  return parse_int(digits, step) ? step : -1;
+}
+
+const std::string& required(const std::map<std::string, std::string>& m, const char* key,
+                            const std::string& file) {
+  auto it = m.find(key);
+  GRADUS_CHECK(it != m.end(), IOError, file, ": checkpoint metadata has no '", key, "' entry");
+  return it->second;
+}
+
+int64_t required_int(const std::map<std::string, std::string>& m, const char* key,
+                     const std::string& file) {
+  const std::string& s = required(m, key, file);
+  int64_t v = 0;
+  GRADUS_CHECK(parse_int(s, v), IOError, file, ": checkpoint metadata '", key, "' is '", s,
+               "', expected an integer");
+  return v;
+}
+
+// Throws unless the metadata says this is a gradus checkpoint of a version we can read.
+void check_format(const std::map<std::string, std::string>& meta, const std::string& file) {
+  auto it = meta.find("format");
+  GRADUS_CHECK(it != meta.end() && it->second == kFormat, IOError, file,
+               ": not a gradus checkpoint (metadata 'format' is ",
+               it == meta.end() ? std::string("missing") : "'" + it->second + "'",
+               ", expected '", kFormat, "')");
+  const int64_t version = required_int(meta, "format_version", file);
+  GRADUS_CHECK(version >= 1 && version <= kFormatVersion, IOError, file,
+               ": checkpoint format_version ", version, " is not supported by this gradus (reads ",
+               "1..", kFormatVersion, "; written by a newer version?)");
+}
+
+// Fills every non-tensor field of `s` from the metadata (throws IOError naming what is wrong).
+void read_checkpoint_metadata(const std::map<std::string, std::string>& meta,
+                              const std::string& path, TrainingState& s) {
+  check_format(meta, path);
+  s.step = required_int(meta, "step", path);
+  s.epoch = required_int(meta, "epoch", path);
+  s.batch_index = required_int(meta, "batch_index", path);
+  {
+    const std::string& text = required(meta, "rng", path);
+    json j;
+    try {
+      j = json::parse(text);
+    } catch (const json::exception& e) {
+      throw IOError(detail::str_cat(path, ": metadata 'rng' is not valid JSON: ", e.what()));
+    }
+    GRADUS_CHECK(j.is_object() && j.contains("seed") && j.contains("offset") &&
+                     j["seed"].is_number_unsigned() && j["offset"].is_number_unsigned(),
+                 IOError, path, ": metadata 'rng' must be {\"seed\": u64, \"offset\": u64}, got ",
+                 text);
+    s.rng.seed = j["seed"].get<uint64_t>();
+    s.rng.offset = j["offset"].get<uint64_t>();
+  }
+  s.optimizer.type = required(meta, "optim.type", path);
+  s.optimizer.scalars = decode_scalars(required(meta, "optim.scalars", path), path,
+                                       "optim.scalars");
+  s.scheduler = decode_scalars(required(meta, "scheduler", path), path, "scheduler");
+  s.scaler = decode_scalars(required(meta, "scaler", path), path, "scaler");
+  s.config = required(meta, "config", path);
+  for (const auto& [k, v] : meta) {
+    if (starts_with(k, kExtraPrefix)) s.extra[k.substr(std::strlen(kExtraPrefix))] = v;
+  }
+}
+
+}  // namespace
+
+std::string checkpoint_filename(int64_t step) {
+  GRADUS_CHECK(step >= 0, ValueError, "checkpoint: step must be non-negative, got ", step);
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "ckpt-%010lld.safetensors", static_cast<long long>(step));
+  return buf;
+}
+
+TrainingState capture_training_state(const nn::Module& model, const optim::Optimizer* optimizer,
+                                     int64_t step, const optim::LRScheduler* scheduler) {
+  TrainingState s;
+  s.step = step;
+  s.model = model.state_dict();
+  if (optimizer != nullptr) s.optimizer = optimizer->state_dict();
+  if (scheduler != nullptr) s.scheduler = scheduler->state_dict();
+  s.rng = default_generator().state();
+  return s;
+}
+
+void restore_training_state(const TrainingState& state, nn::Module& model,
+                            optim::Optimizer* optimizer, optim::LRScheduler* scheduler,
+                            bool restore_rng) {
+  model.load_state_dict(state.model, /*strict=*/true);
+  if (optimizer != nullptr) {
+    GRADUS_CHECK(!state.optimizer.type.empty(), ValueError,
+                 "restore_training_state: the checkpoint holds no optimizer state but an ",
+                 optimizer->type_name(), " optimizer was given");
+    optimizer->load_state_dict(state.optimizer);
+  }
+  if (scheduler != nullptr) {
+    GRADUS_CHECK(!state.scheduler.empty(), ValueError,
+                 "restore_training_state: the checkpoint holds no scheduler state but a ",
+                 scheduler->type_name(), " scheduler was given");
+    scheduler->load_state_dict(state.scheduler);
+  }
+  if (restore_rng) default_generator().set_state(state.rng);
+}
+
+std::string save_checkpoint(const std::string& dir, int64_t step, const TrainingState& state,
+                            int keep_last_k) {
+  const std::string name = checkpoint_filename(step);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  GRADUS_CHECK(!ec, IOError, dir, ": cannot create checkpoint directory: ", ec.message());
+  const std::string path = (fs::path(dir) / name).string();
+
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  tensors.reserve(state.model.size() + state.optimizer.tensors.size() +
+                  state.extra_tensors.size());
+  for (const auto& [k, t] : state.model) tensors.emplace_back(kModelPrefix + k, t);
+  for (const auto& [k, t] : state.optimizer.tensors) tensors.emplace_back(kOptimPrefix + k, t);
+  for (const auto& [k, t] : state.extra_tensors) tensors.emplace_back(kExtraPrefix + k, t);
+
+  std::map<std::string, std::string> meta;
+  meta["format"] = kFormat;
+  meta["format_version"] = std::to_string(kFormatVersion);
+  meta["step"] = std::to_string(step);
+  meta["epoch"] = std::to_string(state.epoch);
+  meta["batch_index"] = std::to_string(state.batch_index);
+  meta["rng"] = json{{"seed", state.rng.seed}, {"offset", state.rng.offset}}.dump();
+  meta["optim.type"] = state.optimizer.type;
+  meta["optim.scalars"] = encode_scalars(state.optimizer.scalars);
+  meta["scheduler"] = encode_scalars(state.scheduler);
+  meta["scaler"] = encode_scalars(state.scaler);
+  meta["config"] = state.config;
+  for (const auto& [k, v] : state.extra) meta[kExtraPrefix + k] = v;
+
+  save_safetensors(path, tensors, meta);  // atomic: complete under `path` or not there at all
+
+  if (keep_last_k > 0) {
+    // Only after the new checkpoint is durable: a crash here leaves extra files, never too few.
+    auto all = list_checkpoints(dir);
+    int keep = keep_last_k - 1;  // the file just written always stays
+    bool removed = false;
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if (it->first == step) continue;
+      if (keep > 0) {
+        --keep;
+        continue;
+      }
+      if (::unlink(it->second.c_str()) == 0) removed = true;
+    }
+    if (removed) fsync_directory(dir);
+  }
+  return path;
+}
+
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) return out;
+  for (const fs::directory_entry& e : it) {
+    const int64_t step = step_of_filename(e.path().filename().string());
+    if (step < 0) continue;  // includes every "*.tmp.<pid>" temp file
+    std::error_code ec2;
+    if (!e.is_regular_file(ec2)) continue;
+    out.emplace_back(step, e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::optional<std::string> latest_checkpoint(const std::string& dir) {
+  auto all = list_checkpoints(dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      // The header names every tensor's byte range and must account for the exact file size,
+      // so a truncated or partially copied file fails here without reading its data.
+      SafetensorsHeader h = read_safetensors_header(it->second);
+      TrainingState scratch;
+      read_checkpoint_metadata(h.metadata, it->second, scratch);
+      return it->second;
+    } catch (const Error&) {
+      continue;  // corrupt or foreign: fall back to the previous one
+    }
+  }
+  return std::nullopt;
+}
+
+TrainingState load_checkpoint(const std::string& path) {
+  SafetensorsFile f = read_safetensors(path);
+  TrainingState s;
+  read_checkpoint_metadata(f.metadata, path, s);
+
+  // Tensors come back in file order, which is the order they were saved in (model first, in
+  // state_dict order), so the StateDict keeps PyTorch's registration order.
+  for (auto& [name, t] : f.tensors) {
+    if (starts_with(name, kModelPrefix)) {
+      s.model.insert(name.substr(std::strlen(kModelPrefix)), t);
+    } else if (starts_with(name, kOptimPrefix)) {
+      s.optimizer.tensors[name.substr(std::strlen(kOptimPrefix))] = t;
+    } else if (starts_with(name, kExtraPrefix)) {
+      s.extra_tensors[name.substr(std::strlen(kExtraPrefix))] = t;
+    } else {
+      throw IOError(detail::str_cat(path, ": checkpoint tensor '", name,
+                                    "' has none of the prefixes model., optim., extra."));
+    }
+  }
+  return s;
+}
+
+}  // namespace gradus::io
