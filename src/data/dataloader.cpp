@@ -62,7 +62,9 @@ class DataLoader::EpochRun {
     // The destructor does not run when the constructor throws (thread creation failed, or the
     // first batch could not be loaded): stop the workers here so none is left joinable.
     try {
-      for (int w = 0; w < workers && next_claim_ < end_; ++w) {
+      // No more threads than batches left (counted before any worker touches next_claim_).
+      const int64_t threads = std::min<int64_t>(workers, end_ - start_batch);
+      for (int64_t w = 0; w < threads; ++w) {
         threads_.emplace_back([this] { worker(); });
       }
       advance();

@@ -47,7 +47,7 @@ constexpr const char* kUnsupportedCodes[] = {"I8",      "I16",     "U16",     "U
 constexpr uint64_t kMaxHeaderSize = 100'000'000;  // the reference's limit
 constexpr int kMaxJsonDepth = 64;  // valid headers nest 3 deep; bounds work on hostile input
 
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
+std::string squote(const std::string& s) { return "'" + s + "'"; }
 
 // Shapes print as [5, 6]; dims come from the file as u64.
 std::string dims_str(const std::vector<uint64_t>& dims) {
@@ -124,7 +124,7 @@ json parse_json_strict(const char* begin, const char* end, const std::string& fi
   } catch (const json::exception& e) {
     throw IOError(detail::str_cat(file, ": header is not valid JSON: ", e.what()));
   }
-  GRADUS_CHECK(duplicate.empty(), IOError, file, ": header has the key ", quoted(duplicate),
+  GRADUS_CHECK(duplicate.empty(), IOError, file, ": header has the key ", squote(duplicate),
                " twice", duplicate_depth == 1 ? "" : " (in a nested object)");
   return j;
 }
@@ -137,12 +137,12 @@ bool as_u64(const json& j, uint64_t& out) {
 }
 
 SafetensorsEntry parse_entry(const std::string& file, const std::string& name, const json& v) {
-  const std::string where = detail::str_cat(file, ": tensor ", quoted(name), ": ");
+  const std::string where = detail::str_cat(file, ": tensor ", squote(name), ": ");
   GRADUS_CHECK(v.is_object(), IOError, where, "entry must be a JSON object, got ", json_type(v));
   for (auto it = v.begin(); it != v.end(); ++it) {
     const std::string& k = it.key();
     GRADUS_CHECK(k == "dtype" || k == "shape" || k == "data_offsets", IOError, where,
-                 "unexpected field ", quoted(k), " (an entry has exactly dtype, shape, "
+                 "unexpected field ", squote(k), " (an entry has exactly dtype, shape, "
                  "data_offsets)");
   }
   for (const char* k : {"dtype", "shape", "data_offsets"}) {
@@ -167,7 +167,7 @@ SafetensorsEntry parse_entry(const std::string& file, const std::string& name, c
                    " is a safetensors dtype that gradus does not support (supported: F32, F64, "
                    "F16, BF16, I32, I64, U8, BOOL)");
     }
-    throw IOError(detail::str_cat(where, "unknown dtype ", quoted(code),
+    throw IOError(detail::str_cat(where, "unknown dtype ", squote(code),
                                   " (safetensors dtypes: F32, F64, F16, BF16, I32, I64, U8, BOOL, "
                                   "I8, I16, U16, U32, U64, F8_E5M2, F8_E4M3)"));
   }
@@ -301,7 +301,7 @@ SafetensorsHeader parse_header(const uint8_t* header, uint64_t n, uint64_t file_
                    "got ", json_type(m));
       for (auto mi = m.begin(); mi != m.end(); ++mi) {
         GRADUS_CHECK(mi.value().is_string(), IOError, file, ": __metadata__ value of ",
-                     quoted(mi.key()), " must be a string, got ", json_type(mi.value()), " ",
+                     squote(mi.key()), " must be a string, got ", json_type(mi.value()), " ",
                      json_excerpt(mi.value()));
         h.metadata.emplace(mi.key(), mi.value().get<std::string>());
       }
@@ -324,12 +324,12 @@ SafetensorsHeader parse_header(const uint8_t* header, uint64_t n, uint64_t file_
   uint64_t expected = 0;
   const SafetensorsEntry* prev = nullptr;
   for (const SafetensorsEntry& e : h.entries) {
-    GRADUS_CHECK(e.begin <= expected, IOError, file, ": tensor ", quoted(e.name),
+    GRADUS_CHECK(e.begin <= expected, IOError, file, ": tensor ", squote(e.name),
                  ": data_offsets [", e.begin, ", ", e.end, "] leave a gap: bytes [", expected,
                  ", ", e.begin, ") of the data belong to no tensor");
-    GRADUS_CHECK(e.begin >= expected, IOError, file, ": tensor ", quoted(e.name),
+    GRADUS_CHECK(e.begin >= expected, IOError, file, ": tensor ", squote(e.name),
                  ": data_offsets [", e.begin, ", ", e.end, "] overlap tensor ",
-                 quoted(prev ? prev->name : std::string()), " which ends at ", expected);
+                 squote(prev ? prev->name : std::string()), " which ends at ", expected);
     expected = e.end;
     prev = &e;
   }
@@ -346,7 +346,7 @@ void check_bool_bytes(const SafetensorsEntry& e, const Tensor& t, const std::str
   if (e.dtype != DType::boolean) return;
   const uint8_t* p = static_cast<const uint8_t*>(t.raw_data());
   for (int64_t i = 0; i < t.numel(); ++i) {
-    GRADUS_CHECK(p[i] <= 1, IOError, file, ": tensor ", quoted(e.name), ": BOOL element ", i,
+    GRADUS_CHECK(p[i] <= 1, IOError, file, ": tensor ", squote(e.name), ": BOOL element ", i,
                  " has byte value ", static_cast<int>(p[i]), " (must be 0 or 1)");
   }
 }
@@ -365,10 +365,10 @@ const Tensor& SafetensorsFile::at(const std::string& name) const {
   if (const Tensor* t = find(name)) return *t;
   std::string present;
   for (size_t i = 0; i < tensors.size() && i < 8; ++i) {
-    present += (i ? ", " : "") + quoted(tensors[i].first);
+    present += (i ? ", " : "") + squote(tensors[i].first);
   }
   if (tensors.size() > 8) present += ", ...";
-  throw IOError(detail::str_cat("safetensors: no tensor named ", quoted(name), " (the file has ",
+  throw IOError(detail::str_cat("safetensors: no tensor named ", squote(name), " (the file has ",
                                 tensors.size(), " tensors", tensors.empty() ? "" : ": ", present,
                                 ")"));
 }
@@ -481,7 +481,7 @@ void save_safetensors(const std::string& path,
   auto check_utf8 = [&](const std::string& s, const char* what) {
     const auto* p = reinterpret_cast<const uint8_t*>(s.data());
     GRADUS_CHECK(utf8_error_offset(p, s.size()) == s.size(), IOError, path, ": ", what, " ",
-                 quoted(s), " is not valid UTF-8");
+                 squote(s), " is not valid UTF-8");
   };
   // Header first (from shapes and dtypes only), so nothing is written for invalid input.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -497,10 +497,10 @@ void save_safetensors(const std::string& path,
   std::unordered_set<std::string> seen;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    GRADUS_CHECK(t.defined(), IOError, path, ": tensor ", quoted(name), " is undefined");
+    GRADUS_CHECK(t.defined(), IOError, path, ": tensor ", squote(name), " is undefined");
     GRADUS_CHECK(name != "__metadata__", IOError, path,
                  ": '__metadata__' is reserved and cannot name a tensor");
-    GRADUS_CHECK(seen.insert(name).second, IOError, path, ": tensor name ", quoted(name),
+    GRADUS_CHECK(seen.insert(name).second, IOError, path, ": tensor name ", squote(name),
                  " appears twice");
     check_utf8(name, "tensor name");
     const uint64_t nbytes = static_cast<uint64_t>(t.numel()) * t.element_size();

@@ -25,6 +25,7 @@ MLP::MLP(const std::vector<int64_t>& sizes_, const std::string& activation, doub
                sizes.size(), " entries");
   GRADUS_CHECK(dropout >= 0 && dropout < 1, ValueError, "MLP: dropout must be in [0, 1), got ",
                dropout);
+  make_activation(activation);  // validates the name even when there is no hidden layer
   for (size_t i = 0; i + 1 < sizes.size(); ++i) {
     push_back(std::make_shared<Linear>(sizes[i], sizes[i + 1]));
     if (i + 2 == sizes.size()) break;  // no activation after the output layer

@@ -16,7 +16,9 @@
 
 namespace gradus::backend_test {
 
-inline backend::Backend& cpu() { return backend::backend_for(DeviceType::CPU); }
+inline backend::Backend& cpu() {
+  return backend::backend_for(DeviceType::CPU);
+}
 
 // Writes v into element `index` (storage element units) of t, converting to t's dtype.
 inline void poke(const Tensor& t, int64_t index, double v) {
@@ -93,7 +95,8 @@ inline Tensor make(const Shape& shape, const std::vector<double>& values, DType 
 // All logical elements (row-major, through strides) as double.
 inline std::vector<double> read(const Tensor& t) {
   std::vector<double> out(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) out[static_cast<size_t>(i)] = peek(t, element_offset(t, i));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    out[static_cast<size_t>(i)] = peek(t, element_offset(t, i));
   return out;
 }
 
@@ -124,8 +127,8 @@ inline ::testing::AssertionResult close(const std::vector<double>& actual,
                                         const std::vector<double>& expected, double rtol,
                                         double atol, const std::string& what = "") {
   if (actual.size() != expected.size()) {
-    return ::testing::AssertionFailure() << what << ": size " << actual.size() << " vs "
-                                         << expected.size();
+    return ::testing::AssertionFailure()
+           << what << ": size " << actual.size() << " vs " << expected.size();
   }
   for (size_t i = 0; i < actual.size(); ++i) {
     const double a = actual[i], e = expected[i];
@@ -136,9 +139,9 @@ inline ::testing::AssertionResult close(const std::vector<double>& actual,
     } else if (std::abs(a - e) <= atol + rtol * std::abs(e)) {
       continue;
     }
-    return ::testing::AssertionFailure() << what << ": element " << i << " is " << a
-                                         << ", expected " << e << " (rtol " << rtol << ", atol "
-                                         << atol << ")";
+    return ::testing::AssertionFailure()
+           << what << ": element " << i << " is " << a << ", expected " << e << " (rtol " << rtol
+           << ", atol " << atol << ")";
   }
   return ::testing::AssertionSuccess();
 }

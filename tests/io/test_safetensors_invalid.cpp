@@ -10,7 +10,10 @@ namespace {
 class SafetensorsInvalid : public IoTest {
  protected:
   // Expects every reader to reject `bytes` with a message containing the file name and `needle`.
-  void expect_rejected(const std::vector<uint8_t>& bytes, const std::string& needle) {
+  // header_detects = false for problems in the tensor data, which read_safetensors_header (by
+  // design) does not read.
+  void expect_rejected(const std::vector<uint8_t>& bytes, const std::string& needle,
+                       bool header_detects = true) {
     SCOPED_TRACE(needle);
     const std::string p = path("model.safetensors");
     write_bytes(p, bytes);
@@ -27,7 +30,11 @@ class SafetensorsInvalid : public IoTest {
       }
     };
     check([&] { io::read_safetensors(p); }, p);
-    check([&] { io::read_safetensors_header(p); }, p);
+    if (header_detects) {
+      check([&] { io::read_safetensors_header(p); }, p);
+    } else {
+      EXPECT_NO_THROW(io::read_safetensors_header(p));
+    }
     check([&] { io::parse_safetensors(bytes.data(), bytes.size(), "model.safetensors"); },
           "model.safetensors");
   }
@@ -174,7 +181,8 @@ TEST_F(SafetensorsInvalid, Metadata) {
 
 TEST_F(SafetensorsInvalid, BoolBytesMustBeZeroOrOne) {
   expect_rejected(make_file(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", {1, 0, 7}),
-                  "tensor 'm': BOOL element 2 has byte value 7 (must be 0 or 1)");
+                  "tensor 'm': BOOL element 2 has byte value 7 (must be 0 or 1)",
+                  /*header_detects=*/false);
 }
 
 // The boundary cases the reference accepts must load too.

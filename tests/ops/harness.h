@@ -80,14 +80,20 @@ struct OpCase {
   OpFn fn;
   std::vector<DType> dtypes = kFloat;  // dtypes of the floating inputs
   bool differentiable = true;
+  bool gradcheck = true;         // false: finite differences are meaningless (see the entry)
   int diff_outputs = -1;         // leading outputs entering the gradient checks; -1 = all floating
   double tol = 1.0;              // scales the forward tolerance (loosened only with a reason)
   double grad_tol = 1.0;         // scales the low-precision gradient tolerance
   bool check_dtype = true;       // floating outputs must have the test dtype
+  bool half_grads = true;        // compare f16/bf16 gradients (false: discontinuous, see entry)
   bool cuda_deterministic = true;  // false: atomics make CUDA results order-dependent
 
   OpCase& nondiff() {
     differentiable = false;
+    return *this;
+  }
+  OpCase& no_gradcheck() {
+    gradcheck = false;
     return *this;
   }
   OpCase& tolerance(double forward, double grad = 1.0) {
@@ -101,6 +107,10 @@ struct OpCase {
   }
   OpCase& any_dtype() {
     check_dtype = false;
+    return *this;
+  }
+  OpCase& no_half_grads() {
+    half_grads = false;
     return *this;
   }
   OpCase& atomics() {
@@ -152,7 +162,10 @@ struct Tolerance {
 // Forward tolerance for an output of dtype `t` whose reference values are `expected`:
 // f64 1e-10, f32 1e-5 rel / 1e-6 abs, f16 1e-3 and bf16 1.6e-2 relative to the magnitude
 // (the mean |expected| joins the absolute term), integers and bool exact.
-Tolerance tolerance_for(DType t, const Tensor& expected, double scale);
+// `mag_floor` bounds the magnitude from below: 1e-2 for outputs; 1 for gradients, whose
+// backward reductions (broadcast sums, matmul) add O(1) terms that were each rounded to the
+// low-precision format, so a small, cancelled sum carries the terms' absolute error.
+Tolerance tolerance_for(DType t, const Tensor& expected, double scale, double mag_floor = 1e-2);
 
 // Replaces the CPU allocator while alive with one that fills every new buffer with 0xFF bytes
 // (NaN for every float dtype, -1 for integers), so a kernel that leaves an element unwritten

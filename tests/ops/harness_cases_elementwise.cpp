@@ -186,12 +186,22 @@ std::vector<OpCase> elementwise_cases() {
       {"operator_times", times_op, -1, 1, -1, 1, false},
       {"operator_div", over_op, -1, 1, 0.5, 1.5, false},
   };
-  for (const Binary& b : binary) add_binary(c, b);
+  for (const Binary& b : binary) {
+    const size_t first = c.size();
+    add_binary(c, b);
+    // d/db of fmod and remainder is -trunc(a/b) / -floor(a/b): it jumps by 1 where a/b crosses an
+    // integer, and a/b rounded to 8 or 11 bits crosses it early. Gradients in f32/f64 only.
+    if (b.name == std::string("fmod") || b.name == std::string("remainder")) {
+      for (size_t i = first; i < c.size(); ++i) c[i].no_half_grads();
+    }
+  }
   // A negative divisor: fmod follows the dividend's sign, remainder the divisor's.
   c.push_back(op("fmod_neg_divisor", {range({3, 4}, -3, 3), range({4}, -1.5, -0.5)},
-                 [](const Inputs& x) { return fmod(x[0], x[1]); }, kFloatInt));
+                 [](const Inputs& x) { return fmod(x[0], x[1]); }, kFloatInt)
+                  .no_half_grads());
   c.push_back(op("remainder_neg_divisor", {range({3, 4}, -3, 3), range({4}, -1.5, -0.5)},
-                 [](const Inputs& x) { return remainder(x[0], x[1]); }, kFloatInt));
+                 [](const Inputs& x) { return remainder(x[0], x[1]); }, kFloatInt)
+                  .no_half_grads());
   // atan2 in all four quadrants (the gradcheck never straddles the branch cut: P ~ 1e-6).
   c.push_back(op("atan2_quadrants", {f({4, 5}), f({4, 5})},
                  [](const Inputs& x) { return atan2(x[0], x[1]); }));

@@ -256,7 +256,7 @@ std::string index_str(const Shape& shape, size_t flat) {
   return ::testing::AssertionSuccess();
 }
 
-Tolerance tolerance_for(DType t, const Tensor& expected, double scale) {
+Tolerance tolerance_for(DType t, const Tensor& expected, double scale, double mag_floor) {
   switch (t) {
     case DType::f64:
       // Only summation order differs from the reference.
@@ -275,7 +275,7 @@ Tolerance tolerance_for(DType t, const Tensor& expected, double scale) {
       // Relative to the magnitude: an element near zero that came out of a cancellation (a dot
       // product, a normalisation) is judged against the tensor's typical size. The floor keeps
       // all-tiny outputs from demanding better than the format's resolution.
-      return {rtol, rtol * std::max(mag, 1e-2)};
+      return {rtol, rtol * std::max(mag, mag_floor)};
     }
     default:
       return {0.0, 0.0};

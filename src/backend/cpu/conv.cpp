@@ -236,9 +236,19 @@ T* scratch(std::vector<T>& buf, size_t n) {
   return buf.data();
 }
 
+// Scratch that persists between calls (no page faults from fresh allocations), zero filled.
+template <typename T>
+T* zeroed_scratch(std::vector<T>& buf, size_t n) {
+  T* p = scratch(buf, n);
+  std::fill(p, p + n, T(0));
+  return p;
+}
+
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
+
+int64_t kChunkBytes = 24 * 1024;  // env-tunable in the harness while tuning
 
 // ---------------------------------------------------------------------------------- geometry
 struct Geom {
@@ -284,12 +294,21 @@ std::vector<int64_t> position_offsets(const Geom& g) {
 template <typename T>
 const T* padded_image(const T* x, const Geom& g, std::vector<T>& buf) {
   if (!g.padded()) return x;
+  const int64_t Wp = g.Wp(), Hp = g.Hp();
   T* dst = scratch(buf, static_cast<size_t>(g.C * g.plane()));
-  std::fill(dst, dst + g.C * g.plane(), T(0));
-  for (int64_t c = 0; c < g.C; ++c)
-    for (int64_t h = 0; h < g.H; ++h)
-      std::memcpy(dst + c * g.plane() + (h + g.ph) * g.Wp() + g.pw, x + (c * g.H + h) * g.W,
-                  sizeof(T) * static_cast<size_t>(g.W));
+  for (int64_t c = 0; c < g.C; ++c) {
+    T* pc = dst + c * g.plane();
+    std::fill(pc, pc + g.ph * Wp, T(0));                    // top rows
+    std::fill(pc + (g.H + g.ph) * Wp, pc + Hp * Wp, T(0));  // bottom rows
+    for (int64_t h = 0; h < g.H; ++h) {  // rows are short: plain loops beat memcpy calls
+      T* row = pc + (h + g.ph) * Wp;
+      const T* src = x + (c * g.H + h) * g.W;
+      for (int64_t w = 0; w < g.pw; ++w) row[w] = T(0);
+#pragma omp simd
+      for (int64_t w = 0; w < g.W; ++w) row[g.pw + w] = src[w];
+      for (int64_t w = g.pw + g.W; w < Wp; ++w) row[w] = T(0);
+    }
+  }
   return dst;
 }
 
@@ -303,6 +322,13 @@ Split split_work(int64_t n_images, int threads) {
   return {parts, n_images * parts};
 }
 
+// Reduction chunk: whole kernel windows (multiples of taps) whose B rows (row_bytes each) fit in
+// about half of L1, so they are reused from L1 by every tile.
+int64_t kchunk_for(int64_t K, int64_t taps, int64_t row_bytes) {
+  const int64_t rows = std::max<int64_t>(1, kChunkBytes / row_bytes);
+  return std::min(K, std::max<int64_t>(1, rows / taps) * taps);
+}
+
 // ------------------------------------------------------------------------------------ forward
 template <typename T>
 void conv_forward(const T* x, const T* w, const T* bias, T* out, const Geom& g) {
@@ -310,8 +336,9 @@ void conv_forward(const T* x, const T* w, const T* bias, T* out, const Geom& g) 
   const int64_t Cg = g.Cg(), Og = g.Og(), K = g.K(), P = g.P();
   const int64_t nvec = ceil_div(Og, W), Opad = nvec * W;
   // Packed weights per group: [K][Opad] (output channels contiguous, zero padded); bias [Opad].
-  std::vector<T> wpk(static_cast<size_t>(g.G * K * Opad), T(0));
-  std::vector<T> bpk(static_cast<size_t>(g.G * Opad), T(0));
+  static thread_local std::vector<T> wpk_buf, bpk_buf;
+  T* wpk = zeroed_scratch(wpk_buf, static_cast<size_t>(g.G * K * Opad));
+  T* bpk = zeroed_scratch(bpk_buf, static_cast<size_t>(g.G * Opad));
   for (int64_t gi = 0; gi < g.G; ++gi)
     for (int64_t o = 0; o < Og; ++o) {
       for (int64_t k = 0; k < K; ++k) wpk[(gi * K + k) * Opad + o] = w[(gi * Og + o) * K + k];
@@ -321,6 +348,7 @@ void conv_forward(const T* x, const T* w, const T* bias, T* out, const Geom& g) 
   const int threads = omp_get_max_threads();
   const Split split = split_work(g.N, threads);
   const int64_t chunk = ceil_div(P, split.parts);
+  const int64_t kchunk = kchunk_for(K, g.KH * g.KW, Opad * static_cast<int64_t>(sizeof(T)));
 
 #pragma omp parallel num_threads(threads)
   {
@@ -335,9 +363,12 @@ void conv_forward(const T* x, const T* w, const T* bias, T* out, const Geom& g) 
       if (q0 >= q1) continue;
       if (n != last_n) img = padded_image(x + n * g.C * g.H * g.W, g, pad_buf), last_n = n;
       for (int64_t gi = 0; gi < g.G; ++gi) {
-        run_tiles<T>(img + gi * Cg * g.plane(), qoff.data(), q0, q1, koff.data(), K,
-                     wpk.data() + gi * K * Opad, Opad, nvec, tmp, Opad,
-                     bias ? bpk.data() + gi * Opad : nullptr, false);
+        // Reduction in chunks whose packed weights stay in L1 across all position tiles.
+        for (int64_t k0 = 0; k0 < K; k0 += kchunk) {
+          run_tiles<T>(img + gi * Cg * g.plane(), qoff.data(), q0, q1, koff.data() + k0,
+                       std::min(kchunk, K - k0), wpk + (gi * K + k0) * Opad, Opad, nvec, tmp, Opad,
+                       bias && k0 == 0 ? bpk + gi * Opad : nullptr, k0 > 0);
+        }
         transpose(tmp, q1 - q0, Og, Opad, out + (n * g.O + gi * Og) * P + q0, P);
       }
     }
@@ -419,7 +450,8 @@ bool backward_data_as_forward(const Geom& g) {
 template <typename T>
 void conv_backward_data_flipped(const T* gy, const T* w, T* gx, const Geom& g) {
   const int64_t Cg = g.Cg(), Og = g.Og(), KH = g.KH, KW = g.KW;
-  std::vector<T> wf(static_cast<size_t>(g.C * Og * KH * KW));  // [C][Og][KH][KW]
+  static thread_local std::vector<T> wf_buf;
+  T* wf = scratch(wf_buf, static_cast<size_t>(g.C * Og * KH * KW));  // [C][Og][KH][KW]
   for (int64_t gi = 0; gi < g.G; ++gi)
     for (int64_t o = 0; o < Og; ++o)
       for (int64_t c = 0; c < Cg; ++c)
@@ -443,7 +475,7 @@ void conv_backward_data_flipped(const T* gy, const T* w, T* gx, const Geom& g) {
                g.dh,
                g.dw,
                g.G};
-  conv_forward(gy, wf.data(), static_cast<const T*>(nullptr), gx, t);
+  conv_forward(gy, static_cast<const T*>(wf), static_cast<const T*>(nullptr), gx, t);
 }
 
 // General case: per image, column tiles colT[q][(c, kh, kw)] = sum_o grad_out[o][q] * w[o][k]

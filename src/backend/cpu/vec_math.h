@@ -68,9 +68,10 @@ inline float tanh(float x) {
 // folded back with an FMA, so the result stays accurate relative to erfc's tiny tail values.
 // sq + sq_err = a^2 (the caller passes a^2 split exactly, or sq_err = 0).
 inline float erfc_large(float a, float sq, float sq_err) {
-  a = a > 10.0f ? 10.0f : a;             // erfc(10) underflows float anyway
-  sq_err = sq > 100.0f ? 0.0f : sq_err;  // inf * inf - inf would be NaN
-  sq = sq > 100.0f ? 100.0f : sq;
+  a = a > 10.0f ? 10.0f : a;            // erfc(10) underflows float anyway
+  const bool underflow = sq >= 100.0f;  // erfc(10) < 2^-149: float's answer is 0
+  sq_err = underflow ? 0.0f : sq_err;   // (inf * inf - inf would be NaN)
+  sq = underflow ? 100.0f : sq;
   const float t = 1.0f / fmadd(0.5f, a, 1.0f);
   float p = 0.08929695934057236f;
   p = fmadd(p, t, -0.2175718992948532f);
@@ -80,7 +81,8 @@ inline float erfc_large(float a, float sq, float sq_err) {
   p = fmadd(p, t, 0.24661526083946228f);
   p = fmadd(p, t, 0.28210052847862244f);
   p = fmadd(p, t, 0.2820947766304016f);
-  return exp(-sq) * (1.0f - sq_err) * (t * p);
+  const float r = exp(-sq) * (1.0f - sq_err) * (t * p);
+  return underflow ? 0.0f : r;
 }
 inline float erfc_large(float a) {
   const float sq = a * a;
@@ -96,7 +98,7 @@ inline float erf_small(float x) {
   p = fmadd(p, x2, 0.11282455176115036f);
   p = fmadd(p, x2, -0.3761255145072937f);
   p = fmadd(p, x2, 0.12837915122509003f);
-  return fmadd(p * x2, x, x);
+  return fmadd(p, x, x);
 }
 
 inline float erf(float x) {

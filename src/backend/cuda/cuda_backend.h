@@ -12,7 +12,7 @@ class CudaBackend final : public Backend {
   DeviceType device_type() const override { return DeviceType::CUDA; }
   const char* name() const override { return "cuda"; }
 
-  // runtime.cpp (transfers), elementwise.cpp (the rest)
+  // elementwise.cpp (copy, fill, arange); runtime.cpp (host transfers, synchronize)
   void copy(const Tensor& src, const Tensor& dst) override;
   void copy_from_host(const void* host, const Tensor& dst_contiguous) override;
   void copy_to_host(const Tensor& src_contiguous, void* host) override;
@@ -34,18 +34,16 @@ class CudaBackend final : public Backend {
   // gemm.cpp (cuBLASLt)
   void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmArgs& args) override;
 
-  // nn.cpp
+  // nn.cpp (softmax, cross-entropy, norms, pooling)
   void softmax(const Tensor& x, const Tensor& out, bool log) override;
   void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in,
                         bool log) override;
-  // nn.cpp
   void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight,
                      int64_t ignore_index, double label_smoothing, const Tensor& loss,
                      const Tensor& lse) override;
   void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target,
                               const Tensor& weight, int64_t ignore_index, double label_smoothing,
                               const Tensor& lse, const Tensor& grad_logits) override;
-  // nn.cpp
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                   const Tensor& out, const Tensor& mean, const Tensor& rstd) override;
   void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
@@ -65,7 +63,6 @@ class CudaBackend final : public Backend {
                             const Conv2dArgs& args) override;
   void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Tensor& grad_w,
                               const Tensor& grad_bias, const Conv2dArgs& args) override;
-  // nn.cpp
   void max_pool2d(const Tensor& x, const Tensor& out, const Tensor& indices,
                   const Pool2dArgs& args) override;
   void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices,
@@ -76,7 +73,7 @@ class CudaBackend final : public Backend {
   void adaptive_avg_pool2d(const Tensor& x, const Tensor& out) override;
   void adaptive_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) override;
 
-  // nn.cpp
+  // misc.cpp (indexing, random, optimizers)
   void index_select_rows(const Tensor& table, const Tensor& index, const Tensor& out) override;
   void index_add_rows(const Tensor& grad_out, const Tensor& index,
                       const Tensor& grad_table) override;
@@ -84,14 +81,12 @@ class CudaBackend final : public Backend {
   void scatter_add(const Tensor& out, int64_t dim, const Tensor& index,
                    const Tensor& src) override;
 
-  // nn.cpp
   void uniform(const Tensor& out, PhiloxState state, double lo, double hi) override;
   void normal(const Tensor& out, PhiloxState state, double mean, double std) override;
   void bernoulli(const Tensor& out, const Tensor& p, PhiloxState state) override;
   void dropout(const Tensor& x, double p, PhiloxState state, const Tensor& out,
                const Tensor& mask) override;
 
-  // nn.cpp
   void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& momentum_buffers, const SgdArgs& args) override;
   void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,

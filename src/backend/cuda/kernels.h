@@ -73,57 +73,78 @@ void launch_reduce(ReduceOp op, const ReduceProblem& p, void* workspace, int mul
                    cudaStream_t stream);
 
 // ---------------------------------------------------------------------------- softmax.cu
+// Contiguous [rows, cols]; x / out / grads one dtype.
 void launch_softmax(const void* x, void* out, DType dtype, int64_t rows, int64_t cols, bool log,
                     cudaStream_t stream);
 void launch_softmax_backward(const void* grad_out, const void* y, void* grad_in, DType dtype,
                              int64_t rows, int64_t cols, bool log, cudaStream_t stream);
 struct CrossEntropyArgs {
-  const void* logits = nullptr;  // [n, c]
-  const int64_t* target = nullptr;  // [n]
-  const void* weight = nullptr;  // [c] or null
-  DType dtype = DType::f32;      // of logits and weight
-  DType loss_dtype = DType::f32;  // of loss, lse and grad_loss
+  const void* logits = nullptr;  // [n, c] contiguous
+  DType dtype = DType::f32;      // of logits
+  const void* target = nullptr;  // [n], any integer dtype, element stride target_stride
+  DType target_dtype = DType::i64;
+  int64_t target_stride = 1;
+  const void* weight = nullptr;  // [c] contiguous or null
+  DType weight_dtype = DType::f32;
+  const double* weight_sum = nullptr;  // device scalar: sum of the class weights (null: c)
   int64_t n = 0, c = 0;
   int64_t ignore_index = -100;
   double label_smoothing = 0;
 };
-void launch_cross_entropy(const CrossEntropyArgs& a, void* loss, void* lse, cudaStream_t stream);
+// loss / lse: [n] contiguous of loss_dtype.
+void launch_cross_entropy(const CrossEntropyArgs& a, void* loss, void* lse, DType loss_dtype,
+                          cudaStream_t stream);
+// grad_loss: [n] with element stride grad_stride (0 = broadcast); lse [n] contiguous;
+// grad_logits [n, c] contiguous of the logits dtype.
 void launch_cross_entropy_backward(const CrossEntropyArgs& a, const void* grad_loss,
-                                   const void* lse, void* grad_logits, cudaStream_t stream);
+                                   int64_t grad_stride, const void* lse, DType loss_dtype,
+                                   void* grad_logits, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------- norm.cu
+// Tensors contiguous. x / out / grad_out / grad_x share `dtype`; weight, bias, statistics and
+// parameter gradients carry their own dtypes (read and written at run time).
 struct NormArgs {
-  DType dtype = DType::f32;       // of x, out, grads, weight, bias
-  DType stat_dtype = DType::f32;  // of mean/rstd (and running stats for batch norm)
+  DType dtype = DType::f32;
   const void* x = nullptr;
   const void* weight = nullptr;  // may be null
-  const void* bias = nullptr;    // may be null
+  DType weight_dtype = DType::f32;
+  const void* bias = nullptr;  // may be null
+  DType bias_dtype = DType::f32;
   void* out = nullptr;
   void* mean = nullptr;
   void* rstd = nullptr;
+  DType stat_dtype = DType::f32;
   double eps = 1e-5;
 };
-// x [rows, cols].
+// x [rows, cols] -> out, mean [rows], rstd [rows].
 void launch_layer_norm(const NormArgs& a, int64_t rows, int64_t cols, cudaStream_t stream);
-void launch_layer_norm_backward(const NormArgs& a, const void* grad_out, void* grad_x,
-                                void* grad_weight, void* grad_bias, int64_t rows, int64_t cols,
-                                void* workspace, cudaStream_t stream);
 size_t layer_norm_backward_workspace_bytes(int64_t rows, int64_t cols);
-// x [n, c, s]. running_* may be null; in eval mode mean/rstd are the running stats.
-void launch_batch_norm(const NormArgs& a, void* running_mean, void* running_var, bool training,
-                       double momentum, int64_t n, int64_t c, int64_t s, cudaStream_t stream);
+// grad_x / grad_weight / grad_bias may be null; grad_weight / grad_bias have the weight dtype.
+void launch_layer_norm_backward(const NormArgs& a, const void* grad_out, void* grad_x,
+                                void* grad_weight, void* grad_bias, DType param_grad_dtype,
+                                int64_t rows, int64_t cols, void* workspace, cudaStream_t stream);
+// x [n, c, s]. running_mean / running_var (dtype running_dtype) may be null. Training: batch
+// statistics into mean / rstd (save_*) and running stats updated; eval: running stats used.
+// workspace: batch_norm_workspace_bytes(c).
+size_t batch_norm_workspace_bytes(int64_t c);
+void launch_batch_norm(const NormArgs& a, void* running_mean, void* running_var,
+                       DType running_dtype, bool training, double momentum, int64_t n, int64_t c,
+                       int64_t s, void* workspace, cudaStream_t stream);
 void launch_batch_norm_backward(const NormArgs& a, const void* grad_out, void* grad_x,
-                                void* grad_weight, void* grad_bias, int64_t n, int64_t c,
-                                int64_t s, cudaStream_t stream);
+                                void* grad_weight, void* grad_bias, DType param_grad_dtype,
+                                int64_t n, int64_t c, int64_t s, void* workspace,
+                                cudaStream_t stream);
 
 // ---------------------------------------------------------------------------- pool.cu
+// Contiguous planes [planes, h, w] -> [planes, oh, ow].
 struct PoolShape {
-  int64_t n = 0, c = 0, h = 0, w = 0, oh = 0, ow = 0;
+  int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
 };
 void launch_max_pool2d(const void* x, void* out, int64_t* indices, DType dtype,
                        const PoolShape& s, const Pool2dArgs& a, cudaStream_t stream);
-// grad_x must be zeroed by the caller.
-void launch_max_pool2d_backward(const void* grad_out, const int64_t* indices, void* grad_x,
+// accum: zeroed float (double for f64) scratch of planes * h * w elements, or grad_x itself
+// when grad_x is f32 / f64 (then zeroed by the caller).
+void launch_max_pool2d_backward(const void* grad_out, const int64_t* indices, void* accum,
                                 DType dtype, const PoolShape& s, cudaStream_t stream);
 void launch_avg_pool2d(const void* x, void* out, DType dtype, const PoolShape& s,
                        const Pool2dArgs& a, cudaStream_t stream);
@@ -135,56 +156,49 @@ void launch_adaptive_avg_pool2d_backward(const void* grad_out, void* grad_x, DTy
                                          const PoolShape& s, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------- index.cu
-void launch_index_select_rows(const void* table, const int64_t* index, void* out, DType dtype,
-                              int64_t n, int64_t d, int64_t vocab, cudaStream_t stream);
+// Row gather: out[i, :] = table[index[i], :] (rows of row_bytes bytes, all contiguous).
+void launch_index_select_rows(const void* table, const int64_t* index, void* out, int64_t n,
+                              int64_t row_bytes, cudaStream_t stream);
+// grad_table[index[i], :] += grad_out[i, :] (atomic), width elements per row.
 void launch_index_add_rows(const void* grad_out, const int64_t* index, void* grad_table,
-                           DType dtype, int64_t n, int64_t d, int64_t vocab, cudaStream_t stream);
-// Contiguous tensors of one rank; `index` has the output's (gather) / src's (scatter) shape.
-struct GatherShape {
-  int ndim = 0;
-  int64_t index_sizes[kMaxDims] = {};
-  int64_t self_sizes[kMaxDims] = {};  // x for gather, out for scatter_add
-  int dim = 0;
-  int64_t numel = 0;  // of index
-};
-void launch_gather(const void* x, const int64_t* index, void* out, DType dtype,
-                   const GatherShape& s, cudaStream_t stream);
-void launch_scatter_add(void* out, const int64_t* index, const void* src, DType dtype,
-                        const GatherShape& s, cudaStream_t stream);
-// out[o, c] += in[o, c] over a [outer, channels, inner] tensor: adds bias[c] (conv bias).
-void launch_add_channel_bias(void* out, const void* bias, DType dtype, int64_t outer,
-                             int64_t channels, int64_t inner, cudaStream_t stream);
+                           DType dtype, int64_t n, int64_t width, cudaStream_t stream);
+// Over the index's shape: operand 0 = out (gather) / self (scatter_add), 1 = index (i64),
+// 2 = x (gather) / src (scatter_add). The indexed operand's stride along `dim` is zeroed in the
+// iterator and passed as dim_stride.
+void launch_gather(const Iter<3>& it, int64_t dim_stride, cudaStream_t stream);
+void launch_scatter_add(const Iter<3>& it, int64_t dim_stride, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------- random.cu
-// Contiguous outputs, numbers drawn per the layout in gradus/core/random.h.
-void launch_uniform(void* out, DType dtype, int64_t n, PhiloxState s, double lo, double hi,
-                    cudaStream_t stream);
-void launch_normal(void* out, DType dtype, int64_t n, PhiloxState s, double mean, double std,
-                   cudaStream_t stream);
-// out (operand 0) = u < p (operand 1); u drawn for the flat (row-major) index of out.
-void launch_bernoulli(const Iter<2>& it_out_p, const int64_t* logical_sizes, int logical_ndim,
-                      PhiloxState s, cudaStream_t stream);
-void launch_dropout(const void* x, void* out, uint8_t* mask, DType dtype, int64_t n, double p,
-                    PhiloxState s, cudaStream_t stream);
+// Element i of the flattened (row-major) output draws from the stream per gradus/core/random.h
+// and the formulas of src/backend/cpu/random.cpp. Outputs contiguous; `first` is the flat index
+// of out's first element (pieces of one draw).
+void launch_uniform(void* out, DType dtype, int64_t n, int64_t first, PhiloxState s, double lo,
+                    double hi, cudaStream_t stream);
+void launch_normal(void* out, DType dtype, int64_t n, int64_t first, PhiloxState s, double mean,
+                   double std, cudaStream_t stream);
+// operand 0 = out (contiguous), 1 = p (any float dtype, any strides).
+void launch_bernoulli(const Iter<2>& it, int64_t first, PhiloxState s, cudaStream_t stream);
+// Contiguous x / out / mask.
+void launch_dropout(const void* x, void* out, void* mask, DType dtype, DType mask_dtype,
+                    int64_t n, int64_t first, double p, PhiloxState s, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------- optim.cu
-// One launch over many tensors: the host packs pointer tables into device memory.
-struct MultiTensorList {
-  int64_t count = 0;
-  void* const* params = nullptr;      // device array of `count` pointers
-  void* const* grads = nullptr;
-  void* const* state1 = nullptr;      // momentum buffer / exp_avg
-  void* const* state2 = nullptr;      // exp_avg_sq
-  void* const* state3 = nullptr;      // max_exp_avg_sq
-  const int64_t* sizes = nullptr;     // device array of element counts
-  const int64_t* chunk_start = nullptr;  // device prefix sums of chunks per tensor (count + 1)
-  int64_t total_chunks = 0;
-  DType param_dtype = DType::f32;
-  DType grad_dtype = DType::f32;
-  DType state_dtype = DType::f32;
+// Up to kMaxTensorsPerLaunch contiguous tensors per launch, passed by value as kernel
+// arguments; blocks take chunks of kOptimChunk elements.
+inline constexpr int kMaxTensorsPerLaunch = 48;
+inline constexpr int64_t kOptimChunk = 16384;
+struct TensorList {
+  int count = 0;
+  DType param_dtype = DType::f32, grad_dtype = DType::f32, state_dtype = DType::f32;
+  void* param[kMaxTensorsPerLaunch] = {};
+  const void* grad[kMaxTensorsPerLaunch] = {};
+  void* state1[kMaxTensorsPerLaunch] = {};  // momentum buffer / exp_avg (null: none)
+  void* state2[kMaxTensorsPerLaunch] = {};  // exp_avg_sq
+  void* state3[kMaxTensorsPerLaunch] = {};  // max_exp_avg_sq (amsgrad)
+  int64_t numel[kMaxTensorsPerLaunch] = {};
+  int32_t chunk_start[kMaxTensorsPerLaunch + 1] = {};  // prefix sums of chunks per tensor
 };
-inline constexpr int64_t kMultiTensorChunk = 65536;
-void launch_sgd(const MultiTensorList& l, const SgdArgs& a, cudaStream_t stream);
-void launch_adam(const MultiTensorList& l, const AdamArgs& a, cudaStream_t stream);
+void launch_sgd(const TensorList& l, const SgdArgs& a, cudaStream_t stream);
+void launch_adam(const TensorList& l, const AdamArgs& a, cudaStream_t stream);
 
 }  // namespace gradus::backend::cuda

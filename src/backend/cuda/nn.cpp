@@ -1,0 +1,368 @@
+// Host side of the fused NN kernels (softmax, cross-entropy, norms, pooling): contiguous inputs
+// in the kernel's dtype, contiguous outputs (through temporaries when the caller's are not), then
+// one launcher call.
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/runtime.h"
+
+namespace gradus::backend::cuda {
+namespace {
+
+// A contiguous version of t in dtype (t itself when it already is one).
+Tensor in_c(CudaBackend& be, const Tensor& t, DType dtype) {
+  if (!t.defined()) return t;
+  if (t.is_contiguous() && t.dtype() == dtype) return t;
+  Tensor c = empty(t.sizes(), {dtype, t.device()});
+  be.copy(t, c);
+  return c;
+}
+Tensor in_c(CudaBackend& be, const Tensor& t) { return t.defined() ? in_c(be, t, t.dtype()) : t; }
+
+// Contiguous outputs of a given dtype; copied back into the caller's tensors by finish().
+struct Outs {
+  CudaBackend& be;
+  std::vector<std::pair<Tensor, Tensor>> back;
+  // read_too: the kernel also reads the old values (running statistics).
+  Tensor get(const Tensor& t, DType dtype, bool read_too = false) {
+    if (!t.defined()) return t;
+    if (t.is_contiguous() && t.dtype() == dtype) return t;
+    Tensor c = empty(t.sizes(), {dtype, t.device()});
+    if (read_too) be.copy(t, c);
+    back.emplace_back(c, t);
+    return c;
+  }
+  Tensor get(const Tensor& t, bool read_too = false) {
+    return t.defined() ? get(t, t.dtype(), read_too) : t;
+  }
+  void finish() {
+    for (auto& [c, t] : back) be.copy(c, t);
+  }
+};
+
+void* ptr(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+DType dt(const Tensor& t, DType fallback) { return t.defined() ? t.dtype() : fallback; }
+
+int64_t last_dim(const Tensor& t) { return t.dim() == 0 ? 1 : t.size(t.dim() - 1); }
+
+PoolShape pool_shape(const Tensor& in, const Tensor& out) {
+  const int64_t d = in.dim();
+  PoolShape s;
+  s.h = in.size(d - 2);
+  s.w = in.size(d - 1);
+  s.oh = out.size(d - 2);
+  s.ow = out.size(d - 1);
+  s.planes = s.h * s.w > 0 ? in.numel() / (s.h * s.w) : 0;
+  return s;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------- softmax
+void CudaBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
+  if (x.numel() == 0) return;
+  DeviceGuard guard(out);
+  Outs o{*this, {}};
+  const Tensor xc = in_c(*this, x, out.dtype()), oc = o.get(out);
+  const int64_t cols = last_dim(x), rows = x.numel() / cols;
+  launch_softmax(xc.raw_data(), oc.raw_data(), oc.dtype(), rows, cols, log,
+                 stream_of(out.device().index()));
+  o.finish();
+}
+
+void CudaBackend::softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in,
+                                   bool log) {
+  if (y.numel() == 0) return;
+  DeviceGuard guard(grad_in);
+  Outs o{*this, {}};
+  const DType t = grad_in.dtype();
+  const Tensor gc = in_c(*this, grad_out, t), yc = in_c(*this, y, t), oc = o.get(grad_in);
+  const int64_t cols = last_dim(y), rows = y.numel() / cols;
+  launch_softmax_backward(gc.raw_data(), yc.raw_data(), oc.raw_data(), t, rows, cols, log,
+                          stream_of(grad_in.device().index()));
+  o.finish();
+}
+
+// ------------------------------------------------------------------------------- cross entropy
+namespace {
+
+struct CeSetup {
+  CrossEntropyArgs a;
+  Tensor logits, weight, wsum;  // keep the temporaries alive
+};
+
+CeSetup ce_setup(CudaBackend& be, const Tensor& logits, const Tensor& target,
+                 const Tensor& weight, int64_t ignore_index, double label_smoothing) {
+  CeSetup s;
+  s.logits = in_c(be, logits);
+  s.a.logits = s.logits.raw_data();
+  s.a.dtype = s.logits.dtype();
+  s.a.n = logits.size(0);
+  s.a.c = logits.dim() > 1 ? logits.size(1) : 1;
+  s.a.target = target.raw_data();
+  s.a.target_dtype = target.dtype();
+  s.a.target_stride = target.dim() == 0 ? 0 : target.stride(0);
+  s.a.ignore_index = ignore_index;
+  s.a.label_smoothing = label_smoothing;
+  if (weight.defined()) {
+    s.weight = in_c(be, weight);
+    s.a.weight = s.weight.raw_data();
+    s.a.weight_dtype = s.weight.dtype();
+    if (label_smoothing != 0.0) {  // backward needs sum_c w_c, kept on the device
+      const Shape ones(static_cast<size_t>(s.weight.dim()), 1);
+      s.wsum = empty(ones, {DType::f64, weight.device()});
+      std::vector<int64_t> dims;
+      for (int64_t d = 0; d < s.weight.dim(); ++d) dims.push_back(d);
+      if (dims.empty()) {
+        be.copy(s.weight, s.wsum);
+      } else {
+        be.reduce(ReduceOp::sum, s.weight, s.wsum, dims);
+      }
+      s.a.weight_sum = static_cast<const double*>(s.wsum.raw_data());
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight,
+                                int64_t ignore_index, double label_smoothing, const Tensor& loss,
+                                const Tensor& lse) {
+  if (logits.numel() == 0) return;
+  DeviceGuard guard(logits);
+  const CeSetup s = ce_setup(*this, logits, target, weight, ignore_index, label_smoothing);
+  Outs o{*this, {}};
+  const DType ldt = loss.dtype();
+  const Tensor lc = o.get(loss, ldt), sc = o.get(lse, ldt);
+  launch_cross_entropy(s.a, lc.raw_data(), sc.raw_data(), ldt,
+                       stream_of(logits.device().index()));
+  o.finish();
+}
+
+void CudaBackend::cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits,
+                                         const Tensor& target, const Tensor& weight,
+                                         int64_t ignore_index, double label_smoothing,
+                                         const Tensor& lse, const Tensor& grad_logits) {
+  if (logits.numel() == 0) return;
+  DeviceGuard guard(logits);
+  const CeSetup s = ce_setup(*this, logits, target, weight, ignore_index, label_smoothing);
+  const DType ldt = lse.dtype();
+  // grad_loss may be broadcast (stride 0); other layouts are made contiguous.
+  Tensor g = grad_loss;
+  const bool strided_ok = g.dtype() == ldt && (g.dim() == 0 || g.dim() == 1);
+  if (!strided_ok) g = in_c(*this, grad_loss, ldt);
+  const int64_t gstride = g.dim() == 0 ? 0 : g.stride(0);
+  const Tensor lc = in_c(*this, lse);
+  Outs o{*this, {}};
+  const Tensor gx = o.get(grad_logits, s.a.dtype);
+  launch_cross_entropy_backward(s.a, g.raw_data(), gstride, lc.raw_data(), ldt, gx.raw_data(),
+                                stream_of(logits.device().index()));
+  o.finish();
+}
+
+// ------------------------------------------------------------------------------- norms
+void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                             double eps, const Tensor& out, const Tensor& mean,
+                             const Tensor& rstd) {
+  const int64_t rows = mean.numel();
+  if (rows == 0 || x.numel() == 0) return;
+  DeviceGuard guard(x);
+  const int64_t cols = x.numel() / rows;
+  Outs o{*this, {}};
+  const Tensor xc = in_c(*this, x), wc = in_c(*this, weight), bc = in_c(*this, bias);
+  const Tensor oc = o.get(out, x.dtype()), mc = o.get(mean), rc = o.get(rstd, mean.dtype());
+  NormArgs a;
+  a.dtype = x.dtype();
+  a.x = xc.raw_data();
+  a.weight = ptr(wc);
+  a.weight_dtype = dt(wc, a.dtype);
+  a.bias = ptr(bc);
+  a.bias_dtype = dt(bc, a.dtype);
+  a.out = oc.raw_data();
+  a.mean = mc.raw_data();
+  a.rstd = rc.raw_data();
+  a.stat_dtype = mean.dtype();
+  a.eps = eps;
+  launch_layer_norm(a, rows, cols, stream_of(x.device().index()));
+  o.finish();
+}
+
+void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x,
+                                      const Tensor& weight, const Tensor& mean,
+                                      const Tensor& rstd, const Tensor& grad_x,
+                                      const Tensor& grad_weight, const Tensor& grad_bias) {
+  const int64_t rows = mean.numel();
+  if (rows == 0 || x.numel() == 0) {
+    if (grad_weight.defined()) fill(grad_weight, 0.0);
+    if (grad_bias.defined()) fill(grad_bias, 0.0);
+    return;
+  }
+  DeviceGuard guard(x);
+  const int device = x.device().index();
+  const int64_t cols = x.numel() / rows;
+  const DType t = x.dtype();
+  const DType pdt = grad_weight.defined() ? grad_weight.dtype()
+                                          : (grad_bias.defined() ? grad_bias.dtype() : t);
+  Outs o{*this, {}};
+  const Tensor gc = in_c(*this, grad_out, t), xc = in_c(*this, x), wc = in_c(*this, weight);
+  const Tensor mc = in_c(*this, mean), rc = in_c(*this, rstd, mean.dtype());
+  const Tensor gxc = o.get(grad_x, t), gwc = o.get(grad_weight, pdt), gbc = o.get(grad_bias, pdt);
+  NormArgs a;
+  a.dtype = t;
+  a.x = xc.raw_data();
+  a.weight = ptr(wc);
+  a.weight_dtype = dt(wc, t);
+  a.mean = mc.raw_data();
+  a.rstd = rc.raw_data();
+  a.stat_dtype = mean.dtype();
+  const size_t ws_bytes =
+      gwc.defined() || gbc.defined() ? layer_norm_backward_workspace_bytes(rows, cols) : 0;
+  Workspace ws(ws_bytes, device, "layer_norm_backward");
+  launch_layer_norm_backward(a, gc.raw_data(), ptr(gxc), ptr(gwc), ptr(gbc), pdt, rows, cols,
+                             ws.data(), stream_of(device));
+  o.finish();
+}
+
+void CudaBackend::batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                             const Tensor& running_mean, const Tensor& running_var, bool training,
+                             double momentum, double eps, const Tensor& out,
+                             const Tensor& save_mean, const Tensor& save_rstd) {
+  DeviceGuard guard(x);
+  const int device = x.device().index();
+  const int64_t n = x.dim() > 0 ? x.size(0) : 1, c = x.dim() > 1 ? x.size(1) : 1;
+  const int64_t s = n * c > 0 ? x.numel() / (n * c) : 0;
+  GRADUS_CHECK(n * s < (int64_t{1} << 32), ValueError,
+               "batch_norm: cuda kernels support at most 2^32 elements per channel, got ",
+               shape_str(x.sizes()));
+  const DType rdt = running_mean.defined() ? running_mean.dtype()
+                                           : (running_var.defined() ? running_var.dtype()
+                                                                    : DType::f32);
+  Outs o{*this, {}};
+  const Tensor xc = in_c(*this, x), wc = in_c(*this, weight), bc = in_c(*this, bias);
+  const Tensor oc = o.get(out, x.dtype());
+  const Tensor rmc = o.get(running_mean, rdt, true), rvc = o.get(running_var, rdt, true);
+  const DType sdt = save_mean.defined() ? save_mean.dtype() : DType::f32;
+  const Tensor smc = training ? o.get(save_mean, sdt) : Tensor();
+  const Tensor src = training ? o.get(save_rstd, sdt) : Tensor();
+  NormArgs a;
+  a.dtype = x.dtype();
+  a.x = xc.raw_data();
+  a.weight = ptr(wc);
+  a.weight_dtype = dt(wc, a.dtype);
+  a.bias = ptr(bc);
+  a.bias_dtype = dt(bc, a.dtype);
+  a.out = oc.raw_data();
+  a.mean = ptr(smc);
+  a.rstd = ptr(src);
+  a.stat_dtype = sdt;
+  a.eps = eps;
+  Workspace ws(batch_norm_workspace_bytes(c), device, "batch_norm");
+  launch_batch_norm(a, ptr(rmc), ptr(rvc), rdt, training, momentum, n, c, s, ws.data(),
+                    stream_of(device));
+  o.finish();
+}
+
+void CudaBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& x,
+                                      const Tensor& weight, const Tensor& save_mean,
+                                      const Tensor& save_rstd, const Tensor& grad_x,
+                                      const Tensor& grad_weight, const Tensor& grad_bias) {
+  DeviceGuard guard(x);
+  const int device = x.device().index();
+  const int64_t n = x.dim() > 0 ? x.size(0) : 1, c = x.dim() > 1 ? x.size(1) : 1;
+  const int64_t s = n * c > 0 ? x.numel() / (n * c) : 0;
+  const DType t = x.dtype();
+  const DType pdt = grad_weight.defined() ? grad_weight.dtype()
+                                          : (grad_bias.defined() ? grad_bias.dtype() : t);
+  Outs o{*this, {}};
+  const Tensor gc = in_c(*this, grad_out, t), xc = in_c(*this, x), wc = in_c(*this, weight);
+  const Tensor mc = in_c(*this, save_mean), rc = in_c(*this, save_rstd, save_mean.dtype());
+  const Tensor gxc = o.get(grad_x, t), gwc = o.get(grad_weight, pdt), gbc = o.get(grad_bias, pdt);
+  NormArgs a;
+  a.dtype = t;
+  a.x = xc.raw_data();
+  a.weight = ptr(wc);
+  a.weight_dtype = dt(wc, t);
+  a.mean = mc.raw_data();
+  a.rstd = rc.raw_data();
+  a.stat_dtype = save_mean.dtype();
+  Workspace ws(batch_norm_workspace_bytes(c), device, "batch_norm_backward");
+  launch_batch_norm_backward(a, gc.raw_data(), ptr(gxc), ptr(gwc), ptr(gbc), pdt, n, c, s,
+                             ws.data(), stream_of(device));
+  o.finish();
+}
+
+// ------------------------------------------------------------------------------- pooling
+void CudaBackend::max_pool2d(const Tensor& x, const Tensor& out, const Tensor& indices,
+                             const Pool2dArgs& args) {
+  if (out.numel() == 0) return;
+  DeviceGuard guard(out);
+  Outs o{*this, {}};
+  const Tensor xc = in_c(*this, x, out.dtype()), oc = o.get(out), ic = o.get(indices, DType::i64);
+  launch_max_pool2d(xc.raw_data(), oc.raw_data(), static_cast<int64_t*>(ic.raw_data()),
+                    out.dtype(), pool_shape(x, out), args, stream_of(out.device().index()));
+  o.finish();
+}
+
+void CudaBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indices,
+                                      const Tensor& grad_x) {
+  if (grad_x.numel() == 0) return;
+  DeviceGuard guard(grad_x);
+  const DType t = grad_x.dtype();
+  const Tensor gc = in_c(*this, grad_out, t), ic = in_c(*this, indices, DType::i64);
+  // Scatter-add into float (double for f64) accumulators, then round once.
+  const DType acc_dt = t == DType::f64 ? DType::f64 : DType::f32;
+  const bool direct = grad_x.is_contiguous() && t == acc_dt;
+  Tensor acc = direct ? grad_x : empty(grad_x.sizes(), {acc_dt, grad_x.device()});
+  fill(acc, 0.0);
+  launch_max_pool2d_backward(gc.raw_data(), static_cast<const int64_t*>(ic.raw_data()),
+                             acc.raw_data(), t, pool_shape(grad_x, grad_out),
+                             stream_of(grad_x.device().index()));
+  if (!direct) copy(acc, grad_x);
+}
+
+void CudaBackend::avg_pool2d(const Tensor& x, const Tensor& out, const Pool2dArgs& args) {
+  if (out.numel() == 0) return;
+  DeviceGuard guard(out);
+  Outs o{*this, {}};
+  const Tensor xc = in_c(*this, x, out.dtype()), oc = o.get(out);
+  launch_avg_pool2d(xc.raw_data(), oc.raw_data(), out.dtype(), pool_shape(x, out), args,
+                    stream_of(out.device().index()));
+  o.finish();
+}
+
+void CudaBackend::avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x,
+                                      const Pool2dArgs& args) {
+  if (grad_x.numel() == 0) return;
+  DeviceGuard guard(grad_x);
+  Outs o{*this, {}};
+  const Tensor gc = in_c(*this, grad_out, grad_x.dtype()), oc = o.get(grad_x);
+  launch_avg_pool2d_backward(gc.raw_data(), oc.raw_data(), grad_x.dtype(),
+                             pool_shape(grad_x, grad_out), args,
+                             stream_of(grad_x.device().index()));
+  o.finish();
+}
+
+void CudaBackend::adaptive_avg_pool2d(const Tensor& x, const Tensor& out) {
+  if (out.numel() == 0) return;
+  DeviceGuard guard(out);
+  Outs o{*this, {}};
+  const Tensor xc = in_c(*this, x, out.dtype()), oc = o.get(out);
+  launch_adaptive_avg_pool2d(xc.raw_data(), oc.raw_data(), out.dtype(), pool_shape(x, out),
+                             stream_of(out.device().index()));
+  o.finish();
+}
+
+void CudaBackend::adaptive_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) {
+  if (grad_x.numel() == 0) return;
+  DeviceGuard guard(grad_x);
+  Outs o{*this, {}};
+  const Tensor gc = in_c(*this, grad_out, grad_x.dtype()), oc = o.get(grad_x);
+  launch_adaptive_avg_pool2d_backward(gc.raw_data(), oc.raw_data(), grad_x.dtype(),
+                                      pool_shape(grad_x, grad_out),
+                                      stream_of(grad_x.device().index()));
+  o.finish();
+}
+
+}  // namespace gradus::backend::cuda
