@@ -10,6 +10,25 @@ namespace gradus {
 bool is_grad_enabled();
 void set_grad_enabled(bool enabled);
 
+// Anomaly mode: every op checks its outputs, and backward checks every gradient, for NaN/Inf;
+// the first one found raises AutogradError naming the op and where it was created (a call stack
+// captured when the op ran). Slow: for debugging only. `gradus train --detect-anomaly` sets it.
+void set_detect_anomaly(bool enabled);
+bool is_anomaly_enabled();
+
+class DetectAnomalyGuard {
+ public:
+  explicit DetectAnomalyGuard(bool enabled = true) : previous_(is_anomaly_enabled()) {
+    set_detect_anomaly(enabled);
+  }
+  ~DetectAnomalyGuard() { set_detect_anomaly(previous_); }
+  DetectAnomalyGuard(const DetectAnomalyGuard&) = delete;
+  DetectAnomalyGuard& operator=(const DetectAnomalyGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Disables graph recording in its scope (inference, optimizer updates).
 class NoGradGuard {
  public:

@@ -100,6 +100,10 @@ TensorList run_backward(const std::vector<std::pair<Edge, Tensor>>& roots, bool 
       if (dynamic_cast<AccumulateGrad*>(node) != nullptr) continue;
     }
     TensorList out = node->apply(std::move(grads));
+    if (is_anomaly_enabled()) {
+      check_finite(out, "the gradient computed by the backward of '" + node->name() + "'",
+                   node->creation_trace);
+    }
     if (!keep_graph) node->release();
     for (size_t i = 0; i < node->next_edges.size() && i < out.size(); ++i) {
       const Edge& e = node->next_edges[i];

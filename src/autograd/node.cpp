@@ -89,12 +89,17 @@ bool any_requires_grad(const TensorList& inputs) {
 
 TensorList record_multi(const char* name, TensorList outputs, const TensorList& inputs,
                         BackwardFn fn) {
+  const bool anomaly = is_anomaly_enabled();
+  if (anomaly) {
+    check_finite(outputs, std::string("the forward of '") + name + "'", capture_call_stack());
+  }
   if (!any_requires_grad(inputs)) return outputs;
   NeedsGrad needs(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     needs[i] = inputs[i].defined() && inputs[i].requires_grad();
   }
   auto node = std::make_shared<FunctionNode>(name, std::move(fn), needs);
+  if (anomaly) node->creation_trace = capture_call_stack();
   node->next_edges.reserve(inputs.size());
   for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
   for (size_t i = 0; i < outputs.size(); ++i) {

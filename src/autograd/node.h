@@ -47,8 +47,14 @@ class Node {
   std::vector<OutputMeta> outputs;
   // Hooks on the gradient of output i (Tensor::register_hook on a non-leaf).
   std::vector<std::pair<uint32_t, GradHook>> pre_hooks;
-  uint64_t sequence_nr;  // creation order: later nodes run first when several are ready
+  uint64_t sequence_nr;        // creation order: later nodes run first when several are ready
+  std::string creation_trace;  // call stack at creation, recorded only in anomaly mode
 };
+
+// Anomaly mode helpers (src/autograd/anomaly.cpp).
+std::string capture_call_stack();
+// Throws AutogradError if any floating tensor holds NaN or Inf. `what` says where it was found.
+void check_finite(const TensorList& tensors, const std::string& what, const std::string& trace);
 
 // A saved input or output of an op. Stores a history-free alias plus the storage version at save
 // time; get() throws if the tensor was modified in place since.

@@ -17,7 +17,9 @@ namespace {
 
 constexpr size_t kBufferSize = size_t{4} << 20;  // batch small writes (headers, tiny tensors)
 
-std::string errno_text(int err) { return std::strerror(err); }
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
 
 std::string directory_of(const std::string& path) {
   std::filesystem::path p(path);
@@ -110,8 +112,8 @@ void AtomicFile::commit() {
                "' failed: ", errno_text(errno));
   const int rc = ::close(fd_);
   fd_ = -1;
-  GRADUS_CHECK(rc == 0, IOError, path_, ": close of '", temp_path_, "' failed: ",
-               errno_text(errno));
+  GRADUS_CHECK(rc == 0, IOError, path_, ": close of '", temp_path_,
+               "' failed: ", errno_text(errno));
   GRADUS_CHECK(::rename(temp_path_.c_str(), path_.c_str()) == 0, IOError, path_,
                ": cannot rename '", temp_path_, "' over it: ", errno_text(errno));
   done_ = true;

@@ -119,8 +119,8 @@ void check_format(const std::map<std::string, std::string>& meta, const std::str
   auto it = meta.find("format");
   GRADUS_CHECK(it != meta.end() && it->second == kFormat, IOError, file,
                ": not a gradus checkpoint (metadata 'format' is ",
-               it == meta.end() ? std::string("missing") : "'" + it->second + "'",
-               ", expected '", kFormat, "')");
+               it == meta.end() ? std::string("missing") : "'" + it->second + "'", ", expected '",
+               kFormat, "')");
   const int64_t version = required_int(meta, "format_version", file);
   GRADUS_CHECK(version >= 1 && version <= kFormatVersion, IOError, file,
                ": checkpoint format_version ", version, " is not supported by this gradus (reads ",
@@ -150,13 +150,27 @@ void read_checkpoint_metadata(const std::map<std::string, std::string>& meta,
     s.rng.offset = j["offset"].get<uint64_t>();
   }
   s.optimizer.type = required(meta, "optim.type", path);
-  s.optimizer.scalars = decode_scalars(required(meta, "optim.scalars", path), path,
-                                       "optim.scalars");
+  s.optimizer.scalars =
+      decode_scalars(required(meta, "optim.scalars", path), path, "optim.scalars");
   s.scheduler = decode_scalars(required(meta, "scheduler", path), path, "scheduler");
   s.scaler = decode_scalars(required(meta, "scaler", path), path, "scaler");
   s.config = required(meta, "config", path);
   for (const auto& [k, v] : meta) {
     if (starts_with(k, kExtraPrefix)) s.extra[k.substr(std::strlen(kExtraPrefix))] = v;
+  }
+}
+
+// Whether `path` is a gradus checkpoint whose header validates against its file size. The header
+// names every tensor's byte range and must account for the exact file size, so a truncated or
+// partially copied file fails here without its data being read.
+bool is_complete_checkpoint(const std::string& path) {
+  try {
+    SafetensorsHeader h = read_safetensors_header(path);
+    TrainingState scratch;
+    read_checkpoint_metadata(h.metadata, path, scratch);
+    return true;
+  } catch (const Error&) {
+    return false;
   }
 }
 
@@ -208,8 +222,7 @@ std::string save_checkpoint(const std::string& dir, int64_t step, const Training
   const std::string path = (fs::path(dir) / name).string();
 
   std::vector<std::pair<std::string, Tensor>> tensors;
-  tensors.reserve(state.model.size() + state.optimizer.tensors.size() +
-                  state.extra_tensors.size());
+  tensors.reserve(state.model.size() + state.optimizer.tensors.size() + state.extra_tensors.size());
   for (const auto& [k, t] : state.model) tensors.emplace_back(kModelPrefix + k, t);
   for (const auto& [k, t] : state.optimizer.tensors) tensors.emplace_back(kOptimPrefix + k, t);
   for (const auto& [k, t] : state.extra_tensors) tensors.emplace_back(kExtraPrefix + k, t);
@@ -232,11 +245,13 @@ std::string save_checkpoint(const std::string& dir, int64_t step, const Training
 
   if (keep_last_k > 0) {
     // Only after the new checkpoint is durable: a crash here leaves extra files, never too few.
+    // Only loadable checkpoints count towards K (a corrupt file must not push out a good one);
+    // corrupt files are left alone for inspection.
     auto all = list_checkpoints(dir);
     int keep = keep_last_k - 1;  // the file just written always stays
     bool removed = false;
     for (auto it = all.rbegin(); it != all.rend(); ++it) {
-      if (it->first == step) continue;
+      if (it->first == step || !is_complete_checkpoint(it->second)) continue;
       if (keep > 0) {
         --keep;
         continue;
@@ -267,18 +282,9 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 std::optional<std::string> latest_checkpoint(const std::string& dir) {
   auto all = list_checkpoints(dir);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    try {
-      // The header names every tensor's byte range and must account for the exact file size,
-      // so a truncated or partially copied file fails here without reading its data.
-      SafetensorsHeader h = read_safetensors_header(it->second);
-      TrainingState scratch;
-      read_checkpoint_metadata(h.metadata, it->second, scratch);
-      return it->second;
-    } catch (const Error&) {
-      continue;  // corrupt or foreign: fall back to the previous one
-    }
+    if (is_complete_checkpoint(it->second)) return it->second;
   }
-  return std::nullopt;
+  return std::nullopt;  // none, or only corrupt/foreign ones
 }
 
 TrainingState load_checkpoint(const std::string& path) {

@@ -47,7 +47,9 @@ constexpr const char* kUnsupportedCodes[] = {"I8",      "I16",     "U16",     "U
 constexpr uint64_t kMaxHeaderSize = 100'000'000;  // the reference's limit
 constexpr int kMaxJsonDepth = 64;  // valid headers nest 3 deep; bounds work on hostile input
 
-std::string squote(const std::string& s) { return "'" + s + "'"; }
+std::string squote(const std::string& s) {
+  return "'" + s + "'";
+}
 
 // Shapes print as [5, 6]; dims come from the file as u64.
 std::string dims_str(const std::vector<uint64_t>& dims) {
@@ -61,15 +63,24 @@ std::string dims_str(const std::vector<uint64_t>& dims) {
 
 const char* json_type(const json& j) {
   switch (j.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::string: return "a string";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::number_integer: return "a negative integer";
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a floating-point number";
-    default: return "an unsupported value";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::number_integer:
+      return "a negative integer";
+    case json::value_t::number_unsigned:
+      return "an integer";
+    case json::value_t::number_float:
+      return "a floating-point number";
+    default:
+      return "an unsupported value";
   }
 }
 
@@ -142,7 +153,8 @@ SafetensorsEntry parse_entry(const std::string& file, const std::string& name, c
   for (auto it = v.begin(); it != v.end(); ++it) {
     const std::string& k = it.key();
     GRADUS_CHECK(k == "dtype" || k == "shape" || k == "data_offsets", IOError, where,
-                 "unexpected field ", squote(k), " (an entry has exactly dtype, shape, "
+                 "unexpected field ", squote(k),
+                 " (an entry has exactly dtype, shape, "
                  "data_offsets)");
   }
   for (const char* k : {"dtype", "shape", "data_offsets"}) {
@@ -178,8 +190,8 @@ SafetensorsEntry parse_entry(const std::string& file, const std::string& name, c
   dims.reserve(js.size());
   for (size_t i = 0; i < js.size(); ++i) {
     uint64_t d = 0;
-    GRADUS_CHECK(as_u64(js[i], d), IOError, where, "shape element ", i, " is ",
-                 json_excerpt(js[i]), "; dimensions must be non-negative integers");
+    GRADUS_CHECK(as_u64(js[i], d), IOError, where, "shape element ", i, " is ", json_excerpt(js[i]),
+                 "; dimensions must be non-negative integers");
     dims.push_back(d);
   }
   // numel and byte size with overflow checks (a hostile header can claim [2^40, 2^40]).
@@ -197,15 +209,15 @@ SafetensorsEntry parse_entry(const std::string& file, const std::string& name, c
     GRADUS_CHECK(d <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), IOError, where,
                  "dimension ", d, " in shape ", dims_str(dims), " exceeds 2^63 - 1");
   }
-  GRADUS_CHECK(numel <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), IOError,
-               where, "shape ", dims_str(dims), " has more than 2^63 - 1 elements");
+  GRADUS_CHECK(numel <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), IOError, where,
+               "shape ", dims_str(dims), " has more than 2^63 - 1 elements");
   e.shape.assign(dims.begin(), dims.end());
 
   const json& jo = v["data_offsets"];
   GRADUS_CHECK(jo.is_array() && jo.size() == 2, IOError, where,
                "data_offsets must be an array [begin, end], got ", json_excerpt(jo));
-  GRADUS_CHECK(as_u64(jo[0], e.begin) && as_u64(jo[1], e.end), IOError, where,
-               "data_offsets ", json_excerpt(jo), " must be non-negative integers");
+  GRADUS_CHECK(as_u64(jo[0], e.begin) && as_u64(jo[1], e.end), IOError, where, "data_offsets ",
+               json_excerpt(jo), " must be non-negative integers");
   GRADUS_CHECK(e.begin <= e.end, IOError, where, "data_offsets [", e.begin, ", ", e.end,
                "] end before they begin");
   GRADUS_CHECK(e.end - e.begin == nbytes, IOError, where, "data_offsets [", e.begin, ", ", e.end,
@@ -265,10 +277,12 @@ uint64_t check_prefix(const uint8_t* first8, uint64_t file_size, const std::stri
                " bytes; a safetensors file starts with an 8-byte header length");
   uint64_t n = 0;
   std::memcpy(&n, first8, 8);  // little-endian (static_assert above)
-  GRADUS_CHECK(n <= kMaxHeaderSize, IOError, file, ": header length ", n,
-               " exceeds the limit of ", kMaxHeaderSize, " bytes (not a safetensors file?)");
-  GRADUS_CHECK(n <= file_size - 8, IOError, file, ": header length ", n, " runs past the end of "
-               "the file (", file_size, " bytes; truncated file?)");
+  GRADUS_CHECK(n <= kMaxHeaderSize, IOError, file, ": header length ", n, " exceeds the limit of ",
+               kMaxHeaderSize, " bytes (not a safetensors file?)");
+  GRADUS_CHECK(n <= file_size - 8, IOError, file, ": header length ", n,
+               " runs past the end of "
+               "the file (",
+               file_size, " bytes; truncated file?)");
   return n;
 }
 
@@ -279,8 +293,10 @@ SafetensorsHeader parse_header(const uint8_t* header, uint64_t n, uint64_t file_
   GRADUS_CHECK(bad == n, IOError, file, ": header is not valid UTF-8 (bad byte 0x", std::hex,
                static_cast<int>(header[bad < n ? bad : 0]), std::dec, " at header offset ", bad,
                ")");
-  GRADUS_CHECK(header[0] == '{', IOError, file, ": header must start with '{' (a JSON object), "
-               "found byte 0x", std::hex, static_cast<int>(header[0]));
+  GRADUS_CHECK(header[0] == '{', IOError, file,
+               ": header must start with '{' (a JSON object), "
+               "found byte 0x",
+               std::hex, static_cast<int>(header[0]));
   // nlohmann treats a NUL as end of input and would ignore whatever follows it.
   const void* nul = std::memchr(header, 0, n);
   GRADUS_CHECK(nul == nullptr, IOError, file, ": header contains a NUL byte at offset ",
@@ -297,8 +313,10 @@ SafetensorsHeader parse_header(const uint8_t* header, uint64_t n, uint64_t file_
     if (it.key() == "__metadata__") {
       const json& m = it.value();
       if (m.is_null()) continue;  // the reference (serde Option) accepts null as "no metadata"
-      GRADUS_CHECK(m.is_object(), IOError, file, ": __metadata__ must be an object of strings, "
-                   "got ", json_type(m));
+      GRADUS_CHECK(m.is_object(), IOError, file,
+                   ": __metadata__ must be an object of strings, "
+                   "got ",
+                   json_type(m));
       for (auto mi = m.begin(); mi != m.end(); ++mi) {
         GRADUS_CHECK(mi.value().is_string(), IOError, file, ": __metadata__ value of ",
                      squote(mi.key()), " must be a string, got ", json_type(mi.value()), " ",
@@ -325,8 +343,8 @@ SafetensorsHeader parse_header(const uint8_t* header, uint64_t n, uint64_t file_
   const SafetensorsEntry* prev = nullptr;
   for (const SafetensorsEntry& e : h.entries) {
     GRADUS_CHECK(e.begin <= expected, IOError, file, ": tensor ", squote(e.name),
-                 ": data_offsets [", e.begin, ", ", e.end, "] leave a gap: bytes [", expected,
-                 ", ", e.begin, ") of the data belong to no tensor");
+                 ": data_offsets [", e.begin, ", ", e.end, "] leave a gap: bytes [", expected, ", ",
+                 e.begin, ") of the data belong to no tensor");
     GRADUS_CHECK(e.begin >= expected, IOError, file, ": tensor ", squote(e.name),
                  ": data_offsets [", e.begin, ", ", e.end, "] overlap tensor ",
                  squote(prev ? prev->name : std::string()), " which ends at ", expected);
@@ -424,7 +442,7 @@ void pread_all(int fd, void* dst, uint64_t n, uint64_t offset, const std::string
 uint64_t open_file(const std::string& path, Fd& f) {
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   GRADUS_CHECK(f.fd >= 0, IOError, path, ": cannot open: ", std::strerror(errno));
-  struct stat st{};
+  struct stat st {};
   GRADUS_CHECK(::fstat(f.fd, &st) == 0, IOError, path, ": cannot stat: ", std::strerror(errno));
   GRADUS_CHECK(S_ISREG(st.st_mode), IOError, path, ": not a regular file");
   return static_cast<uint64_t>(st.st_size);
@@ -460,7 +478,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
   for (const SafetensorsEntry& e : h.entries) {
     // Sizes were checked against the file size, so this allocation is bounded by the file.
     Tensor t = empty(e.shape, {e.dtype, Device::cpu()});
-    if (e.end > e.begin) pread_all(f.fd, t.raw_data(), e.end - e.begin, h.data_start + e.begin, path);
+    if (e.end > e.begin)
+      pread_all(f.fd, t.raw_data(), e.end - e.begin, h.data_start + e.begin, path);
     detail_st::check_bool_bytes(e, t, path);
     out.tensors.emplace_back(e.name, std::move(t));
   }
@@ -527,8 +546,8 @@ void save_safetensors(const std::string& path,
     Tensor host = t.detach().to(Device::cpu()).contiguous();
     f.write(host.raw_data(), static_cast<size_t>(host.numel()) * host.element_size());
   }
-  GRADUS_CHECK(f.size() == 8 + n + offset, IOError, path, ": wrote ", f.size(),
-               " bytes, expected ", 8 + n + offset);
+  GRADUS_CHECK(f.size() == 8 + n + offset, IOError, path, ": wrote ", f.size(), " bytes, expected ",
+               8 + n + offset);
   f.commit();
 }
 

@@ -160,3 +160,53 @@ TEST(Autograd, GradientFlowsThroughDTypeAndBackToLeafDType) {
 
 }  // namespace
 }  // namespace gradus
+
+// Not static and not inlined, so its name appears in the captured call stack.
+[[gnu::noinline]] gradus::Tensor make_nan_in_forward(const gradus::Tensor& x) {
+  return gradus::log(gradus::sub(x, 10.0));  // log of negative values
+}
+
+namespace gradus {
+namespace {
+
+TEST(Anomaly, ForwardNaNNamesTheOpAndWhereItWasCreated) {
+  DetectAnomalyGuard guard;
+  Tensor x = testing::random_tensor({4}, testing::fresh_seed(), 0, 1).set_requires_grad();
+  try {
+    make_nan_in_forward(x);
+    FAIL() << "expected AutogradError";
+  } catch (const AutogradError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("forward of 'log'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("NaN"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("make_nan_in_forward"), std::string::npos) << msg;
+  }
+}
+
+TEST(Anomaly, BackwardInfNamesTheNode) {
+  Tensor x = testing::random_tensor({3}, testing::fresh_seed(), 1, 2).set_requires_grad();
+  Tensor y;
+  {
+    DetectAnomalyGuard guard;
+    // sqrt(x - x) is finite (0) forward, but its gradient 1 / (2 sqrt(0)) is Inf.
+    y = sum(sqrt(sub(x, x)));
+    EXPECT_THROW(
+        {
+          try {
+            y.backward();
+          } catch (const AutogradError& e) {
+            EXPECT_NE(std::string(e.what()).find("backward of 'sqrt'"), std::string::npos)
+                << e.what();
+            throw;
+          }
+        },
+        AutogradError);
+  }
+  // Without anomaly mode the same graph runs and yields non-finite gradients silently.
+  Tensor z = sum(sqrt(sub(x, x)));
+  z.backward();
+  EXPECT_FALSE(std::isfinite(x.grad().to_vector<double>()[0]));
+}
+
+}  // namespace
+}  // namespace gradus

@@ -5,9 +5,9 @@
 #include <sys/wait.h>
 
 #include <chrono>
-#include <iostream>
 #include <cmath>
 #include <cstdlib>
+#include <iostream>
 #include <thread>
 
 #include "gradus/io/io.h"
@@ -132,9 +132,9 @@ TEST_F(Checkpoint, KeepLastK) {
   io::save_checkpoint(d, 50, s, 2);
   EXPECT_EQ(steps(), (std::vector<int64_t>{50, 1000}));
   // Nothing but checkpoints was left behind (no temp files).
-  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(d),
-                          std::filesystem::directory_iterator()),
-            2);
+  EXPECT_EQ(
+      std::distance(std::filesystem::directory_iterator(d), std::filesystem::directory_iterator()),
+      2);
 }
 
 TEST_F(Checkpoint, LatestSkipsTempFilesCorruptFilesAndForeignFiles) {
@@ -174,8 +174,7 @@ TEST_F(Checkpoint, LatestSkipsTempFilesCorruptFilesAndForeignFiles) {
     io::load_checkpoint(d + "/ckpt-0000000043.safetensors");
     ADD_FAILURE();
   } catch (const IOError& e) {
-    EXPECT_NE(std::string(e.what()).find("not a gradus checkpoint"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a gradus checkpoint"), std::string::npos) << e.what();
   }
   EXPECT_THROW(io::load_checkpoint(d + "/ckpt-0000000040.safetensors"), IOError);
 }
@@ -236,8 +235,9 @@ TEST_F(Checkpoint, SigkillDuringSaveLeavesALoadableCheckpoint) {
       ASSERT_EQ(b[i], static_cast<float>(r.step)) << "round " << round << " element " << i;
     }
     EXPECT_EQ(b[big.numel() - 1], static_cast<float>(r.step));
-    EXPECT_EQ(tensor_bytes(r.model.at("small")),
-              tensor_bytes(from_vector<int64_t>({r.step, r.step, r.step}, {3}, {.dtype = DType::i64})));
+    EXPECT_EQ(
+        tensor_bytes(r.model.at("small")),
+        tensor_bytes(from_vector<int64_t>({r.step, r.step, r.step}, {3}, {.dtype = DType::i64})));
     // keep_last_k = 2, plus at most one more if the kill fell between rename and pruning.
     EXPECT_LE(io::list_checkpoints(d).size(), 3u);
     // Whatever else is there is a temp file that latest_checkpoint ignored.

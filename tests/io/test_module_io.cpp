@@ -26,10 +26,12 @@ std::vector<std::vector<uint8_t>> snapshot(const nn::Module& m) {
 using ModuleIO = IoTest;
 
 // tests/data/safetensors/torch_sequential.safetensors is the state_dict of
-// torch.nn.Sequential(Linear(3, 2), BatchNorm1d(2), Linear(2, 1)) (tools/make_safetensors_golden.py).
+// torch.nn.Sequential(Linear(3, 2), BatchNorm1d(2), Linear(2, 1))
+// (tools/make_safetensors_golden.py).
 TEST_F(ModuleIO, TorchWrittenStateDictLoadsStrictlyAndComputesTheSameFunction) {
   auto seq = make_seq();
-  io::load_module(*seq, std::string(GRADUS_TEST_DATA_DIR) + "/safetensors/torch_sequential.safetensors");
+  io::load_module(*seq,
+                  std::string(GRADUS_TEST_DATA_DIR) + "/safetensors/torch_sequential.safetensors");
   seq->eval();
   Tensor x = from_vector<float>({1, 2, 3, -1, 0.5f, 2}, {2, 3});
   Tensor y = seq->forward(x);
@@ -93,7 +95,7 @@ TEST_F(ModuleIO, StrictMismatchListsEveryProblemAndLoadsNothing) {
   nn::StateDict sd = m->state_dict();
   std::vector<std::pair<std::string, Tensor>> items;
   for (const auto& [k, t] : sd) {
-    if (k == "2.bias") continue;                                   // missing
+    if (k == "2.bias") continue;  // missing
     if (k == "0.weight") {
       items.emplace_back(k, random_tensor({3, 3}, fresh_seed(), -1, 1, DType::f32));  // shape
       continue;

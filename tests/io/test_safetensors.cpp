@@ -13,7 +13,7 @@ namespace {
 using io::read_safetensors;
 using io::save_safetensors;
 
-const DType kAllDTypes[] = {DType::f32, DType::f64,  DType::f16, DType::bf16,
+const DType kAllDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
                             DType::i32, DType::i64, DType::u8,  DType::boolean};
 
 using SafetensorsRoundTrip = IoTest;
@@ -67,7 +67,7 @@ TEST_F(SafetensorsRoundTrip, LayoutFollowsTheFormat) {
   // Data in the given order, header padded with spaces to a multiple of 8, offsets contiguous.
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE(seed);
-  Tensor a = random_raw_tensor({3}, DType::u8, seed);       // 3 bytes
+  Tensor a = random_raw_tensor({3}, DType::u8, seed);          // 3 bytes
   Tensor b = random_raw_tensor({2, 2}, DType::f64, seed + 1);  // 32 bytes
   const std::string p = path("layout.safetensors");
   save_safetensors(p, {{"z_first", a}, {"a_second", b}});
@@ -76,9 +76,8 @@ TEST_F(SafetensorsRoundTrip, LayoutFollowsTheFormat) {
   std::memcpy(&n, bytes.data(), 8);
   EXPECT_EQ(n % 8, 0u);
   const std::string header(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
-  const std::string json =
-      R"({"z_first":{"dtype":"U8","shape":[3],"data_offsets":[0,3]},)"
-      R"("a_second":{"dtype":"F64","shape":[2,2],"data_offsets":[3,35]}})";
+  const std::string json = R"({"z_first":{"dtype":"U8","shape":[3],"data_offsets":[0,3]},)"
+                           R"("a_second":{"dtype":"F64","shape":[2,2],"data_offsets":[3,35]}})";
   ASSERT_GE(header.size(), json.size());
   EXPECT_EQ(header.substr(0, json.size()), json);
   EXPECT_EQ(header.substr(json.size()), std::string(header.size() - json.size(), ' '));
@@ -106,7 +105,8 @@ TEST_F(SafetensorsRoundTrip, MatchesReferenceSerializationBytes) {
   save_safetensors(p, std::vector<std::pair<std::string, Tensor>>{});
   EXPECT_EQ(read_bytes(p), make_file("{}      "));
   save_safetensors(p, std::vector<std::pair<std::string, Tensor>>{}, {{"framework", "pt"}});
-  EXPECT_EQ(read_bytes(p), make_file(R"({"__metadata__":{"framework":"pt"}})" + std::string(5, ' ')));
+  EXPECT_EQ(read_bytes(p),
+            make_file(R"({"__metadata__":{"framework":"pt"}})" + std::string(5, ' ')));
   EXPECT_TRUE(read_safetensors(p).tensors.empty());
   EXPECT_EQ(read_safetensors(p).metadata.at("framework"), "pt");
 }
@@ -293,11 +293,18 @@ TEST(SafetensorsGolden, PythonWrittenFileLoadsValueByValue) {
   EXPECT_EQ(f32.dtype(), DType::f32);
   EXPECT_EQ(f32.sizes(), (Shape{3, 4}));
   auto v32 = raw_values<float>(f32);
-  for (size_t i = 0; i < 12; ++i) expect_same_float(v32[i], (static_cast<double>(i) - 5) * 0.375, i);
+  for (size_t i = 0; i < 12; ++i)
+    expect_same_float(v32[i], (static_cast<double>(i) - 5) * 0.375, i);
 
   const Tensor& sp = f.at("f32_special");
-  const std::vector<double> want_sp = {0.0,  -0.0, inf, -inf, std::nan(""), std::ldexp(1.0, -149),
-                                       3.4028234663852886e38, std::ldexp(1.0, -126)};
+  const std::vector<double> want_sp = {0.0,
+                                       -0.0,
+                                       inf,
+                                       -inf,
+                                       std::nan(""),
+                                       std::ldexp(1.0, -149),
+                                       3.4028234663852886e38,
+                                       std::ldexp(1.0, -126)};
   auto vsp = raw_values<float>(sp);
   ASSERT_EQ(vsp.size(), want_sp.size());
   for (size_t i = 0; i < vsp.size(); ++i) expect_same_float(vsp[i], want_sp[i], i);
@@ -369,8 +376,8 @@ TEST_F(SafetensorsRoundTrip, GoldenTensorsFromFormulasWriteTheReferenceBytes) {
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<float> f32, sp;
   for (int i = 0; i < 12; ++i) f32.push_back(static_cast<float>((i - 5) * 0.375));
-  for (double v : {0.0, -0.0, inf, -inf, std::nan(""), std::ldexp(1.0, -149),
-                   3.4028234663852886e38, std::ldexp(1.0, -126)}) {
+  for (double v : {0.0, -0.0, inf, -inf, std::nan(""), std::ldexp(1.0, -149), 3.4028234663852886e38,
+                   std::ldexp(1.0, -126)}) {
     sp.push_back(static_cast<float>(v));
   }
   std::vector<double> f64;
@@ -387,15 +394,14 @@ TEST_F(SafetensorsRoundTrip, GoldenTensorsFromFormulasWriteTheReferenceBytes) {
   for (int i = 0; i < 8; ++i) u8.push_back(static_cast<uint8_t>((i * 37) % 256));
   const std::vector<std::pair<std::string, Tensor>> tensors = {
       {"empty_i64", raw_tensor<int64_t>({}, {0}, DType::i64)},
-      {"i64", raw_tensor<int64_t>({INT64_MIN, -1, (int64_t{1} << 53) + 1, INT64_MAX}, {4},
-                                  DType::i64)},
+      {"i64",
+       raw_tensor<int64_t>({INT64_MIN, -1, (int64_t{1} << 53) + 1, INT64_MAX}, {4}, DType::i64)},
       {"f64", raw_tensor(f64, {2, 3, 2}, DType::f64)},
       {"empty", raw_tensor<float>({}, {0, 3}, DType::f32)},
       {"f32", raw_tensor(f32, {3, 4}, DType::f32)},
       {"f32_special", raw_tensor(sp, {8}, DType::f32)},
       {"scalar", raw_tensor<float>({42.5f}, {}, DType::f32)},
-      {"i32", raw_tensor<int32_t>({INT32_MIN, -1, 0, 1, 123456789, INT32_MAX}, {2, 3},
-                                  DType::i32)},
+      {"i32", raw_tensor<int32_t>({INT32_MIN, -1, 0, 1, 123456789, INT32_MAX}, {2, 3}, DType::i32)},
       {"bf16", raw_tensor(bf16, {4, 2}, DType::bf16)},
       {"f16", raw_tensor(f16, {2, 4}, DType::f16)},
       {"u8", raw_tensor(u8, {2, 2, 2}, DType::u8)},

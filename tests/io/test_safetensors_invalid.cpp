@@ -55,9 +55,9 @@ TEST_F(SafetensorsInvalid, HeaderLength) {
 
 TEST_F(SafetensorsInvalid, HeaderEncoding) {
   expect_rejected(make_file("{\"a\xFF\":1}"), "not valid UTF-8");
-  expect_rejected(make_file("{\"\xC0\x80\":1}"), "not valid UTF-8");         // overlong
-  expect_rejected(make_file("{\"\xED\xA0\x80\":1}"), "not valid UTF-8");     // surrogate
-  expect_rejected(make_file("{\"\xE2\x82\":1}"), "not valid UTF-8");         // cut short
+  expect_rejected(make_file("{\"\xC0\x80\":1}"), "not valid UTF-8");      // overlong
+  expect_rejected(make_file("{\"\xED\xA0\x80\":1}"), "not valid UTF-8");  // surrogate
+  expect_rejected(make_file("{\"\xE2\x82\":1}"), "not valid UTF-8");      // cut short
   expect_rejected(make_file(" {}"), "must start with '{'");
   expect_rejected(make_file("[]"), "must start with '{'");
   expect_rejected(make_file(std::string("{}\0\0", 4)), "NUL byte at offset 2");
@@ -74,19 +74,21 @@ TEST_F(SafetensorsInvalid, HeaderEncoding) {
 TEST_F(SafetensorsInvalid, DuplicateKeys) {
   const std::string e = R"({"dtype":"U8","shape":[1],"data_offsets":[0,1]})";
   expect_rejected(make_file("{\"w\":" + e + ",\"w\":" + e + "}", {1}), "the key 'w' twice");
-  expect_rejected(make_file(R"({"w":{"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
-                            {1}),
-                  "the key 'dtype' twice (in a nested object)");
+  expect_rejected(
+      make_file(R"({"w":{"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]}})", {1}),
+      "the key 'dtype' twice (in a nested object)");
   expect_rejected(make_file(R"({"__metadata__":{"a":"1","a":"2"}})"), "the key 'a' twice");
 }
 
 TEST_F(SafetensorsInvalid, EntryFields) {
-  expect_rejected(make_file(R"({"w":[1]})"), "tensor 'w': entry must be a JSON object, got an array");
+  expect_rejected(make_file(R"({"w":[1]})"),
+                  "tensor 'w': entry must be a JSON object, got an array");
   expect_rejected(make_file(R"({"w":{"shape":[0],"data_offsets":[0,0]}})"),
                   "tensor 'w': missing field 'dtype'");
   expect_rejected(make_file(R"({"w":{"dtype":"F32","data_offsets":[0,0]}})"),
                   "missing field 'shape'");
-  expect_rejected(make_file(R"({"w":{"dtype":"F32","shape":[0]}})"), "missing field 'data_offsets'");
+  expect_rejected(make_file(R"({"w":{"dtype":"F32","shape":[0]}})"),
+                  "missing field 'data_offsets'");
   expect_rejected(make_file(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[0,0],"x":1}})"),
                   "unexpected field 'x'");
 }
@@ -139,9 +141,8 @@ TEST_F(SafetensorsInvalid, DataOffsets) {
                   "data_offsets must be an array [begin, end]");
   expect_rejected(make_file(R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[-1,1]}})", zeros(2)),
                   "data_offsets [-1,1] must be non-negative integers");
-  expect_rejected(
-      make_file(R"({"w":{"dtype":"U8","shape":[2],"data_offsets":"0,2"}})", zeros(2)),
-      "data_offsets must be an array");
+  expect_rejected(make_file(R"({"w":{"dtype":"U8","shape":[2],"data_offsets":"0,2"}})", zeros(2)),
+                  "data_offsets must be an array");
 }
 
 TEST_F(SafetensorsInvalid, CoverageOfTheDataSection) {
@@ -164,8 +165,8 @@ TEST_F(SafetensorsInvalid, CoverageOfTheDataSection) {
                   "the file has 1 trailing bytes after the last tensor");
   expect_rejected(make_file("{}", zeros(1)), "1 trailing bytes");
   // A file truncated mid-way (the classic interrupted copy).
-  std::vector<uint8_t> good = make_file(
-      R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", zeros(16));
+  std::vector<uint8_t> good =
+      make_file(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", zeros(16));
   good.resize(good.size() - 7);
   expect_rejected(good, "truncated file?");
 }
@@ -180,9 +181,10 @@ TEST_F(SafetensorsInvalid, Metadata) {
 }
 
 TEST_F(SafetensorsInvalid, BoolBytesMustBeZeroOrOne) {
-  expect_rejected(make_file(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", {1, 0, 7}),
-                  "tensor 'm': BOOL element 2 has byte value 7 (must be 0 or 1)",
-                  /*header_detects=*/false);
+  expect_rejected(
+      make_file(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", {1, 0, 7}),
+      "tensor 'm': BOOL element 2 has byte value 7 (must be 0 or 1)",
+      /*header_detects=*/false);
 }
 
 // The boundary cases the reference accepts must load too.
@@ -193,7 +195,8 @@ TEST_F(SafetensorsInvalid, AcceptedEdgeCases) {
       R"({"b":{"dtype":"U8","shape":[2],"data_offsets":[2,4]},"__metadata__":null,)"
       R"("e2":{"dtype":"F32","shape":[0,5],"data_offsets":[2,2]},)"
       R"("a":{"dtype":"U8","shape":[1,2],"data_offsets":[0,2]},)"
-      R"("e1":{"dtype":"I64","shape":[3,0],"data_offsets":[2,2]}} )" "\n\t";
+      R"("e1":{"dtype":"I64","shape":[3,0],"data_offsets":[2,2]}} )"
+      "\n\t";
   std::vector<uint8_t> bytes = make_file(h, {1, 2, 3, 4});
   io::SafetensorsFile f = io::parse_safetensors(bytes.data(), bytes.size(), "edge");
   ASSERT_EQ(f.tensors.size(), 4u);
@@ -225,9 +228,10 @@ TEST_F(SafetensorsInvalid, TruncationsAndByteFlipsNeverCrash) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE(seed);
   const std::string p = path("ok.safetensors");
-  io::save_safetensors(p, {{"a", random_raw_tensor({3, 2}, DType::f32, seed)},
-                           {"m", random_raw_tensor({5}, DType::boolean, seed + 1)},
-                           {"s", random_raw_tensor({}, DType::i64, seed + 2)}},
+  io::save_safetensors(p,
+                       {{"a", random_raw_tensor({3, 2}, DType::f32, seed)},
+                        {"m", random_raw_tensor({5}, DType::boolean, seed + 1)},
+                        {"s", random_raw_tensor({}, DType::i64, seed + 2)}},
                        {{"k", "v"}});
   const std::vector<uint8_t> good = read_bytes(p);
   for (size_t n = 0; n < good.size(); ++n) {

@@ -116,9 +116,10 @@ std::vector<OpCase> nn_cases() {
       return nll_loss(x[0], x[1], oo);
     };
   };
-  c.push_back(op("nll_loss", {logits, target}, nll(ce_opts())));
+  c.push_back(op("nll_loss", {logits, target}, nll(ce_opts())).sums_rounded_terms());
   c.push_back(op("nll_loss_weight_ignore", {logits, target, weight},
-                 nll(ce_opts(Reduction::mean, 0.0, 3))));
+                 nll(ce_opts(Reduction::mean, 0.0, 3)))
+                  .sums_rounded_terms());
   c.push_back(op("nll_loss_none", {logits, target}, nll(ce_opts(Reduction::none))));
   c.push_back(op("nll_of_log_softmax", {logits, target}, [](const Inputs& x) {
     return nll_loss(log_softmax(x[0], 1), x[1]);

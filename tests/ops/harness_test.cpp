@@ -125,7 +125,7 @@ void run_forward(const OpCase& c, Device device, DType dtype, uint64_t seed) {
     } else if (c.check_dtype && is_floating(dtype)) {
       EXPECT_EQ(dtype_name(outs[k].dtype()), std::string(dtype_name(dtype))) << what;
     }
-    const Tolerance tol = tolerance_for(outs[k].dtype(), ref_outs[k], c.tol);
+    const Tolerance tol = tolerance_for(outs[k].dtype(), ref_outs[k], c.tol, c.mag_floor);
     EXPECT_TRUE(compare(outs[k], ref_outs[k], tol.rtol, tol.atol, what));
     if (device.is_cpu() || c.cuda_deterministic) {
       EXPECT_TRUE(identical(again[k], outs[k], what));

@@ -179,7 +179,9 @@ TEST(MatmulErrors, ClearTypedErrors) {
 std::vector<double> ref_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   const std::vector<double> xv = x.to_vector<double>(), wv = w.to_vector<double>();
   const std::vector<double> bv = b.defined() ? b.to_vector<double>() : std::vector<double>();
-  const int64_t in = w.size(1), out = w.size(0), rows = x.numel() / in;
+  const int64_t in = w.size(1), out = w.size(0);
+  const int64_t rows =
+      x.dim() == 1 ? 1 : shape_numel(Shape(x.sizes().begin(), x.sizes().end() - 1));
   std::vector<double> y(static_cast<size_t>(rows * out));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t o = 0; o < out; ++o) {

@@ -32,38 +32,38 @@
 namespace gradus::io {
 
 struct TrainingState {
-  int64_t step = 0;                      // optimizer steps taken
-  nn::StateDict model;                   // Module::state_dict()
-  optim::OptimizerState optimizer;       // Optimizer::state_dict() (type "" = no optimizer)
+  int64_t step = 0;                         // optimizer steps taken
+  nn::StateDict model;                      // Module::state_dict()
+  optim::OptimizerState optimizer;          // Optimizer::state_dict() (type "" = no optimizer)
   std::map<std::string, double> scheduler;  // LR scheduler state (e.g. last_epoch, base_lr)
   std::map<std::string, double> scaler;     // GradScaler state (scale, growth tracker)
-  PhiloxState rng;                       // default_generator().state()
-  int64_t epoch = 0;                     // data-loader position: epoch and batch within it
+  PhiloxState rng;                          // default_generator().state()
+  int64_t epoch = 0;                        // data-loader position: epoch and batch within it
   int64_t batch_index = 0;
-  std::string config;                    // the run configuration (JSON text), stored verbatim
-  std::map<std::string, Tensor> extra_tensors;     // anything else the program wants to keep
+  std::string config;  // the run configuration (JSON text), stored verbatim
+  std::map<std::string, Tensor> extra_tensors;  // anything else the program wants to keep
   std::map<std::string, std::string> extra;
 };
 
 // Captures model.state_dict(), optimizer->state_dict() and scheduler->state_dict() (when given)
 // and the default generator's RNG state; the caller fills the remaining fields.
 TrainingState capture_training_state(const nn::Module& model, const optim::Optimizer* optimizer,
-                                     int64_t step,
-                                     const optim::LRScheduler* scheduler = nullptr);
+                                     int64_t step, const optim::LRScheduler* scheduler = nullptr);
 // Loads, in this order, the model weights (strict: nothing is copied unless every key and shape
 // matches), the optimizer state (when `optimizer` is given; the state must hold one of the same
 // type), the scheduler state (when given; it re-applies its lr to the optimizer) and, when
 // restore_rng, the default generator's state (set last, so a throw leaves it untouched).
 void restore_training_state(const TrainingState& state, nn::Module& model,
-                            optim::Optimizer* optimizer,
-                            optim::LRScheduler* scheduler = nullptr, bool restore_rng = true);
+                            optim::Optimizer* optimizer, optim::LRScheduler* scheduler = nullptr,
+                            bool restore_rng = true);
 
 // The file name used for `step`: "ckpt-0000000042.safetensors" (10+ digits).
 std::string checkpoint_filename(int64_t step);
 
 // Writes dir/ckpt-<step>.safetensors atomically (creating dir if needed), then, when
-// keep_last_k > 0, deletes the oldest checkpoints (by step) so that at most keep_last_k remain;
-// the file just written is never deleted. Returns the path written.
+// keep_last_k > 0, deletes the oldest complete checkpoints (by step) so that at most keep_last_k
+// remain. The file just written is never deleted; files that fail validation neither count nor
+// are deleted (they are left for inspection); temp files are untouched. Returns the path written.
 std::string save_checkpoint(const std::string& dir, int64_t step, const TrainingState& state,
                             int keep_last_k = 0);
 
