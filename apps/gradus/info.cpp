@@ -36,9 +36,10 @@ int run_info() {
   std::printf("build: %s, %s, CUDA backend %s\n", GRADUS_BUILD_TYPE, GRADUS_CXX_COMPILER,
               GRADUS_BUILD_CUDA ? "on" : "off");
   std::printf("threads: %d (OpenMP, %d processors)\n", get_num_threads(), omp_get_num_procs());
-  const char* config = openblas_get_config();
-  std::printf("BLAS: OpenBLAS %s, %d threads\n", config ? config : "(unknown)",
-              openblas_get_num_threads());
+  const char* config = openblas_get_config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH ..."
+  const char* core = openblas_get_corename();  // the kernel set chosen at run time
+  std::printf("BLAS: %s, core %s, %d threads\n", config ? config : "OpenBLAS (unknown)",
+              core ? core : "unknown", openblas_get_num_threads());
   const int cuda = cuda_device_count();
   std::printf("devices: cpu");
   for (int i = 0; i < cuda; ++i) std::printf(", cuda:%d", i);

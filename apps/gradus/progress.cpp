@@ -27,9 +27,7 @@ Progress::Progress(std::string label, int64_t total, bool enabled)
       enabled_(enabled),
       tty_(isatty(STDERR_FILENO) == 1),
       start_(std::chrono::steady_clock::now()),
-      last_draw_(start_) {
-  next_report_ = std::max<int64_t>(1, total_ / 10);
-}
+      last_draw_(start_) {}
 
 double Progress::elapsed_seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -59,9 +57,14 @@ void Progress::update(int64_t done, double loss, int64_t samples) {
     std::fflush(stderr);
     last_draw_ = now;
     drawn_ = true;
-  } else if (done >= next_report_ || done == total_) {
-    std::fprintf(stderr, "%s\n", line(done, loss, samples).c_str());
-    while (next_report_ <= done) next_report_ += std::max<int64_t>(1, total_ / 10);
+  } else {
+    // One line per completed tenth of the work (so at most 10 lines, the last at 100%).
+    const int64_t tenth = total_ > 0 ? 10 * done / total_ : 10;
+    if (tenth > last_tenth_) {
+      std::fprintf(stderr, "%s\n", line(done, loss, samples).c_str());
+      std::fflush(stderr);
+      last_tenth_ = tenth;
+    }
   }
 }
 

@@ -26,7 +26,7 @@ class Progress {
   int64_t total_;
   bool enabled_;
   bool tty_;
-  int64_t next_report_ = 0;  // non-tty: next step at which a line is printed
+  int64_t last_tenth_ = 0;  // non-tty: tenths of the work already reported
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_draw_;
   bool drawn_ = false;

@@ -6,13 +6,11 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <numbers>
 
 #include "commands.h"
 #include "gradus/gradus.h"
 #include "gradus/nn/models.h"
-#include "gradus/optim/adam.h"
-#include "gradus/optim/sgd.h"
+#include "gradus/optim/optim.h"
 #include "progress.h"
 
 namespace gradus::cli {
@@ -36,24 +34,24 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, nn::Modu
   throw ValueError("train: unknown optimizer '" + o.optimizer + "' (expected sgd, adam or adamw)");
 }
 
-// Learning rate at global step `step` (0-based) of `total`: linear warm-up over warmup_steps,
-// then constant (none), a half cosine down to 0 (cosine), or a drop by step_gamma every
-// step_epochs epochs (step).
-double scheduled_lr(const TrainOptions& o, int64_t step, int64_t total, int64_t steps_per_epoch) {
-  if (step < o.warmup_steps) {
-    return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
-  }
+// The per-step LR schedule (stepped after every optimizer step): a linear warm-up over
+// warmup_steps (from 1% of --lr), then constant (none), a half cosine down to 0 over the remaining
+// steps (cosine), or a drop by step_gamma every step_epochs epochs (step). nullptr = constant.
+std::shared_ptr<optim::LRScheduler> make_scheduler(const TrainOptions& o,
+                                                   optim::Optimizer& optimizer, int64_t total_steps,
+                                                   int64_t steps_per_epoch) {
+  std::shared_ptr<optim::LRScheduler> after;
   if (o.scheduler == "cosine") {
-    const double span = static_cast<double>(std::max<int64_t>(1, total - o.warmup_steps));
-    const double t = static_cast<double>(step - o.warmup_steps) / span;
-    return o.lr * 0.5 * (1.0 + std::cos(std::numbers::pi * t));
-  }
-  if (o.scheduler == "step") {
+    after = std::make_shared<optim::CosineAnnealingLR>(
+        optimizer, std::max<int64_t>(1, total_steps - o.warmup_steps));
+  } else if (o.scheduler == "step") {
     const int every = o.step_epochs > 0 ? o.step_epochs : std::max(1, o.epochs / 3);
-    const int64_t epoch = step / std::max<int64_t>(1, steps_per_epoch);
-    return o.lr * std::pow(o.step_gamma, static_cast<double>(epoch / every));
+    after = std::make_shared<optim::StepLR>(optimizer, every * steps_per_epoch, o.step_gamma);
   }
-  return o.lr;
+  if (o.warmup_steps > 0) {
+    return std::make_shared<optim::LinearWarmup>(optimizer, o.warmup_steps, 0.01, after);
+  }
+  return after;
 }
 
 struct EvalResult {
@@ -130,22 +128,24 @@ int run_train(const TrainOptions& o) {
                device.str().c_str(), get_num_threads(), o.optimizer.c_str(), o.lr,
                static_cast<long long>(o.batch_size), o.epochs);
 
+  const std::shared_ptr<optim::LRScheduler> scheduler =
+      make_scheduler(o, *optimizer, total_steps, steps_per_epoch);
+
   EvalResult result;
-  int64_t step = 0;
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
     train_loader.set_epoch(epoch);
     Progress bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs),
                  steps_per_epoch, o.progress);
     double loss_sum = 0;  // sum over examples of this epoch
     int64_t samples = 0, batch_index = 0;
-    double lr = o.lr;
+    double lr = optimizer->lr();
     for (data::Example& batch : train_loader) {
-      lr = scheduled_lr(o, step, total_steps, steps_per_epoch);
-      optimizer->set_lr(lr);
+      lr = optimizer->lr();
       optimizer->zero_grad();
       const Tensor loss = cross_entropy((*model)(batch.input), batch.target);
       loss.backward();
       optimizer->step();
+      if (scheduler) scheduler->step();
       const double value = loss.item();
       GRADUS_CHECK(std::isfinite(value), ValueError, "train: the loss became ", value, " at epoch ",
                    epoch + 1, ", step ", batch_index + 1, ": training diverged; lower --lr (now ",
@@ -153,7 +153,6 @@ int run_train(const TrainOptions& o) {
       const int64_t n = batch.target.size(0);
       loss_sum += value * static_cast<double>(n);
       samples += n;
-      ++step;
       bar.update(++batch_index, loss_sum / static_cast<double>(samples), samples);
     }
     bar.finish();

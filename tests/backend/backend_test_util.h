@@ -42,8 +42,8 @@ inline void poke(const Tensor& t, int64_t index, double v) {
     case DType::i64:
       reinterpret_cast<int64_t*>(base)[index] = static_cast<int64_t>(v);
       break;
-    case DType::u8:
-      reinterpret_cast<uint8_t*>(base)[index] = static_cast<uint8_t>(v);
+    case DType::u8:  // wraps like a C cast through int64 (no UB for negatives)
+      reinterpret_cast<uint8_t*>(base)[index] = static_cast<uint8_t>(static_cast<int64_t>(v));
       break;
     case DType::boolean:
       reinterpret_cast<bool*>(base)[index] = v != 0;

@@ -114,7 +114,9 @@ TEST(BackendElementwise, UnaryEveryOpContiguousAllFloatDTypes) {
       // > kGrain elements so the parallel path runs too.
       const int64_t n = dt == DType::f32 ? 70001 : 4099;
       Tensor x = make({n}, uniform_values(n, seed, lo, hi), dt);
-      const double atol = dt == DType::f64 ? 1e-13 : (dt == DType::f32 ? c.atol : 1e-2);
+      // f32: results in the subnormal range (gelu's far tail) carry few significant bits.
+      const double atol =
+          dt == DType::f64 ? 1e-13 : (dt == DType::f32 ? std::max(c.atol, 1e-37) : 1e-2);
       check_unary(c, x, dt, rtol_for(dt), atol);
     }
   }
@@ -127,7 +129,7 @@ TEST(BackendElementwise, UnaryStridedAndBroadcastInputs) {
     // A transposed [37, 53] view of a [53, 37] tensor, and a [5, 7] broadcast of a [7] row.
     Tensor base = make({53, 37}, uniform_values(53 * 37, seed, c.lo, c.hi), DType::f32);
     Tensor xt = base.as_strided_raw({37, 53}, {1, 37}, 0);
-    check_unary(c, xt, DType::f32, 1e-5, c.atol);
+    check_unary(c, xt, DType::f32, 1e-5, std::max(c.atol, 1e-37));
     Tensor row = make({7}, uniform_values(7, seed + 1, c.lo, c.hi), DType::f64);
     check_unary(c, row.as_strided_raw({5, 7}, {0, 1}, 0), DType::f64, 1e-12, 1e-13);
     // Strided output: write through a transposed view.
@@ -136,7 +138,8 @@ TEST(BackendElementwise, UnaryStridedAndBroadcastInputs) {
     cpu().unary(c.op, xt, out, c.a, c.b);
     std::vector<double> in = read(xt), expected(in.size());
     for (size_t i = 0; i < in.size(); ++i) expected[i] = c.ref(in[i]);
-    EXPECT_TRUE(close(read(out), rounded(expected, DType::f32), 1e-5, c.atol, c.name));
+    EXPECT_TRUE(
+        close(read(out), rounded(expected, DType::f32), 1e-5, std::max(c.atol, 1e-37), c.name));
   }
 }
 
@@ -205,14 +208,15 @@ TEST(BackendElementwise, GeluAndErfTailsAreRelativelyAccurate) {
       UnaryOp::erf, [](double v) { return std::erf(v); }, 1e-6);
   check(
       UnaryOp::silu, [](double v) { return v * ref_sigmoid(v); }, 1e-6);
-  // gelu_tanh's reference in its stable form x * sigmoid(2u).
+  // gelu_tanh's reference in its stable form x * sigmoid(2u). Its tail is e^{2u} with |2u| ~ 70
+  // at x = -9, so float rounding of u alone costs ~|2u| * 6e-8 relative.
   check(
       UnaryOp::gelu_tanh,
       [](double v) {
         const double u = std::sqrt(2.0 / std::numbers::pi) * (v + 0.044715 * v * v * v);
         return v * ref_sigmoid(2 * u);
       },
-      2e-6);
+      3e-5);
 }
 
 TEST(BackendElementwise, UnaryIntegerOps) {

@@ -553,6 +553,48 @@ TEST(NnKernels, Conv2dHalfTypesComputeInFloat32) {
   check_conv({2, 4, 8, 6, 6, 3, 3, 2, 1, 1, 1, 1, 1, 2, true}, DType::f16, rng);
 }
 
+TEST(NnKernels, Conv2dCalledFromInsideAParallelRegion) {
+  // Nested calls run on a team of one; per-thread scratch and partial sums must still be right.
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const ConvCase k{3, 8, 9, 9, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, true};
+  const Shape xs{k.N, k.C, k.H, k.W}, ws{k.O, k.C, 3, 3}, ys{k.N, k.O, k.OH(), k.OW()};
+  std::vector<Vec> x(2), w(2), gy(2), got_y(2), got_gw(2), got_gb(2);
+  std::mt19937_64 rng(seed);
+  for (int t = 0; t < 2; ++t) {
+    x[t] = random_vec(static_cast<size_t>(shape_numel(xs)), rng);
+    w[t] = random_vec(static_cast<size_t>(shape_numel(ws)), rng);
+    gy[t] = random_vec(static_cast<size_t>(shape_numel(ys)), rng);
+  }
+  const Vec b(static_cast<size_t>(k.O), 0.25);
+  // A plain two-thread call first leaves this thread's per-thread partial sums non-zero.
+  const int keep = get_num_threads();
+  set_num_threads(2);
+  {
+    Tensor gw = poisoned(ws), gb = poisoned({k.O});
+    cpu().conv2d_backward_weight(make(ys, gy[1]), make(xs, x[1]), gw, gb, k.args());
+  }
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp for
+    for (int t = 0; t < 2; ++t) {
+      Tensor y = poisoned(ys), gw = poisoned(ws), gb = poisoned({k.O});
+      cpu().conv2d(make(xs, x[t]), make(ws, w[t]), make({k.O}, b), y, k.args());
+      cpu().conv2d_backward_weight(make(ys, gy[t]), make(xs, x[t]), gw, gb, k.args());
+      got_y[t] = values(y);
+      got_gw[t] = values(gw);
+      got_gb[t] = values(gb);
+    }
+  }
+  set_num_threads(keep);
+  for (int t = 0; t < 2; ++t) {
+    const ConvRef r = ref_conv(k, x[t], w[t], b, gy[t]);
+    EXPECT_TRUE(close(got_y[t], r.y, 1e-12, 1e-12));
+    EXPECT_TRUE(close(got_gw[t], r.gw, 1e-12, 1e-12));
+    EXPECT_TRUE(close(got_gb[t], r.gb, 1e-12, 1e-12));
+  }
+}
+
 // --------------------------------------------------------------------------------- pooling
 struct PoolCase {
   int64_t N, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw;

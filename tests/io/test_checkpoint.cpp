@@ -135,6 +135,11 @@ TEST_F(Checkpoint, KeepLastK) {
   EXPECT_EQ(
       std::distance(std::filesystem::directory_iterator(d), std::filesystem::directory_iterator()),
       2);
+  // A corrupt file with a higher step neither counts towards K nor gets deleted.
+  write_bytes(d + "/ckpt-0000005000.safetensors", {1, 2, 3});
+  io::save_checkpoint(d, 1100, s, 2);
+  EXPECT_EQ(steps(), (std::vector<int64_t>{1000, 1100, 5000}));
+  EXPECT_EQ(io::latest_checkpoint(d), d + "/ckpt-0000001100.safetensors");
 }
 
 TEST_F(Checkpoint, LatestSkipsTempFilesCorruptFilesAndForeignFiles) {

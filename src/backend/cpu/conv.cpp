@@ -250,7 +250,7 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-int64_t kChunkBytes = 24 * 1024;  // env-tunable in the harness while tuning
+constexpr int64_t kChunkBytes = 24 * 1024;
 
 // ---------------------------------------------------------------------------------- geometry
 struct Geom {
@@ -292,6 +292,26 @@ std::vector<int64_t> position_offsets(const Geom& g) {
   return off;
 }
 
+// dst[0..n) = src[0..n) for the short rows of feature maps: fixed-size (inlined, vector) moves,
+// the last one overlapping, instead of a memcpy call or a loop per row.
+template <typename T>
+inline void copy_short_row(T* dst, const T* src, int64_t n) {
+  constexpr int64_t v = 64 / sizeof(T);  // elements per 64-byte move
+  if (n >= v) {
+    int64_t i = 0;
+    for (; i + v <= n; i += v) std::memcpy(dst + i, src + i, 64);
+    if (i < n) std::memcpy(dst + n - v, src + n - v, 64);
+  } else if (n >= v / 2) {
+    std::memcpy(dst, src, 32);
+    std::memcpy(dst + n - v / 2, src + n - v / 2, 32);
+  } else if (n >= v / 4) {
+    std::memcpy(dst, src, 16);
+    std::memcpy(dst + n - v / 4, src + n - v / 4, 16);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+  }
+}
+
 // Copies image x [C, H, W] into buf [C, Hp, Wp] with a zero border; returns the image to read.
 template <typename T>
 const T* padded_image(const T* x, const Geom& g, std::vector<T>& buf) {
@@ -302,12 +322,10 @@ const T* padded_image(const T* x, const Geom& g, std::vector<T>& buf) {
     T* pc = dst + c * g.plane();
     std::fill(pc, pc + g.ph * Wp, T(0));                    // top rows
     std::fill(pc + (g.H + g.ph) * Wp, pc + Hp * Wp, T(0));  // bottom rows
-    for (int64_t h = 0; h < g.H; ++h) {  // rows are short: plain loops beat memcpy calls
+    for (int64_t h = 0; h < g.H; ++h) {
       T* row = pc + (h + g.ph) * Wp;
-      const T* src = x + (c * g.H + h) * g.W;
       for (int64_t w = 0; w < g.pw; ++w) row[w] = T(0);
-#pragma omp simd
-      for (int64_t w = 0; w < g.W; ++w) row[g.pw + w] = src[w];
+      copy_short_row(row + g.pw, x + (c * g.H + h) * g.W, g.W);
       for (int64_t w = g.pw + g.W; w < Wp; ++w) row[w] = T(0);
     }
   }
@@ -322,6 +340,31 @@ struct Split {
 Split split_work(int64_t n_images, int threads) {
   const int64_t parts = n_images >= threads ? 1 : ceil_div(threads, std::max<int64_t>(1, n_images));
   return {parts, n_images * parts};
+}
+
+// Positions per forward chunk (see conv_forward).
+constexpr int64_t kPositionChunk = 48;
+
+// Prefetches (for writing) columns [c0, c1) of `rows` rows of a row-major [rows][ld] matrix.
+template <typename T>
+void prefetch_for_write(T* m, int64_t rows, int64_t ld, int64_t c0, int64_t c1) {
+  if (c0 >= c1) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    const char* p = reinterpret_cast<const char*>(m + r * ld + c0);
+    const char* end = reinterpret_cast<const char*>(m + r * ld + c1);
+    for (; p < end; p += 64) __builtin_prefetch(p, 1, 3);
+    __builtin_prefetch(end - 1, 1, 3);
+  }
+}
+
+// Prefetches (into L2) slice `part` of `parts` of [p, p + n): the next image's input is pulled in
+// piecewise while the current one is computed, instead of stalling the padding/transposing.
+template <typename T>
+void prefetch_slice(const T* p, int64_t n, int64_t part, int64_t parts) {
+  const int64_t per = ceil_div(n, parts);
+  const char* b = reinterpret_cast<const char*>(p + std::min(n, part * per));
+  const char* e = reinterpret_cast<const char*>(p + std::min(n, (part + 1) * per));
+  for (; b < e; b += 64) __builtin_prefetch(b, 0, 2);
 }
 
 // Reduction chunk: whole kernel windows (multiples of taps) whose B rows (row_bytes each) fit in
@@ -365,13 +408,28 @@ void conv_forward(const T* x, const T* w, const T* bias, T* out, const Geom& g) 
       if (q0 >= q1) continue;
       if (n != last_n) img = padded_image(x + n * g.C * g.H * g.W, g, pad_buf), last_n = n;
       for (int64_t gi = 0; gi < g.G; ++gi) {
-        // Reduction in chunks whose packed weights stay in L1 across all position tiles.
-        for (int64_t k0 = 0; k0 < K; k0 += kchunk) {
-          run_tiles<T>(img + gi * Cg * g.plane(), qoff.data(), q0, q1, koff.data() + k0,
-                       std::min(kchunk, K - k0), wpk + (gi * K + k0) * Opad, Opad, nvec, tmp, Opad,
-                       bias && k0 == 0 ? bpk + gi * Opad : nullptr, k0 > 0);
+        T* og = out + (n * g.O + gi * Og) * P;
+        // Position chunks: each is finished (all reduction chunks, then transposed into NCHW)
+        // before the next, and the next chunk's output lines are requested for writing up
+        // front, so their fetches overlap the arithmetic instead of stalling the stores.
+        const int64_t nchunks = ceil_div(q1 - q0, kPositionChunk);
+        for (int64_t qa = q0; qa < q1; qa += kPositionChunk) {
+          const int64_t qb = std::min(q1, qa + kPositionChunk);
+          if (split.parts == 1 && n + 1 < g.N && gi + 1 == g.G) {
+            const int64_t chw = g.C * g.H * g.W;
+            prefetch_slice(x + (n + 1) * chw, chw, (qa - q0) / kPositionChunk, nchunks);
+          }
+          if (qa == q0) prefetch_for_write(og, Og, P, qa, qb);
+          prefetch_for_write(og, Og, P, qb, std::min(q1, qb + kPositionChunk));
+          // Reduction in chunks whose packed weights stay in L1 across the position tiles.
+          for (int64_t k0 = 0; k0 < K; k0 += kchunk) {
+            run_tiles<T>(img + gi * Cg * g.plane(), qoff.data(), qa, qb, koff.data() + k0,
+                         std::min(kchunk, K - k0), wpk + (gi * K + k0) * Opad, Opad, nvec,
+                         tmp + (qa - q0) * Opad, Opad, bias && k0 == 0 ? bpk + gi * Opad : nullptr,
+                         k0 > 0);
+          }
+          transpose(tmp + (qa - q0) * Opad, qb - qa, Og, Opad, og + qa, P);
         }
-        transpose(tmp, q1 - q0, Og, Opad, out + (n * g.O + gi * Og) * P + q0, P);
       }
     }
   }
@@ -401,12 +459,13 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, T* gb, const Geom& g) 
 #pragma omp parallel num_threads(threads)
   {
     static thread_local std::vector<T> pad_buf, gyt_buf, bsum_buf;
-    T* part = zeroed_scratch(partial_buf, 0) == nullptr ? nullptr : partial;  // (see below)
-    part = partial + omp_get_thread_num() * part_size;
+    T* part = partial + omp_get_thread_num() * part_size;
     std::fill(part, part + part_size, T(0));
     double* bpart = bias_part + omp_get_thread_num() * bias_size;
     std::fill(bpart, bpart + bias_size, 0.0);
-    T* gyt = zeroed_scratch(gyt_buf, static_cast<size_t>(P * Opad));  // columns past Og stay 0
+    // Columns past Og are never written and must read as zero.
+    T* gyt = Og < Opad ? zeroed_scratch(gyt_buf, static_cast<size_t>(P * Opad))
+                       : scratch(gyt_buf, static_cast<size_t>(P * Opad));
     T* bsum = scratch(bsum_buf, static_cast<size_t>(Opad));
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < split.items; ++item) {
@@ -425,23 +484,37 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, T* gb, const Geom& g) 
           }
           for (int64_t o = 0; o < Og; ++o) bpart[gi * Opad + o] += static_cast<double>(bsum[o]);
         }
-        run_tiles<T>(img + gi * Cg * g.plane(), koff.data(), k0, k1, qoff.data(), P, gyt, Opad,
-                     nvec, part + (gi * K + k0) * Opad, Opad, nullptr, true);
+        // In pieces, prefetching the next image's grad_out and x in between.
+        const int64_t pieces = split.parts == 1 && n + 1 < g.N ? 8 : 1;
+        const int64_t step = ceil_div(k1 - k0, pieces);
+        for (int64_t i = 0; i < pieces; ++i) {
+          const int64_t ka = k0 + i * step, kb = std::min(k1, ka + step);
+          if (pieces > 1 && gi + 1 == g.G) {
+            prefetch_slice(gy + (n + 1) * g.O * P, g.O * P, i, pieces);
+            prefetch_slice(x + (n + 1) * g.C * g.H * g.W, g.C * g.H * g.W, i, pieces);
+          }
+          if (ka < kb) {
+            run_tiles<T>(img + gi * Cg * g.plane(), koff.data(), ka, kb, qoff.data(), P, gyt, Opad,
+                         nvec, part + (gi * K + ka) * Opad, Opad, nullptr, true);
+          }
+        }
       }
     }
-    // grad_w[g*Og + o][k] = sum over threads of partial[t][g][k][o]; likewise the bias.
+    // grad_w[g*Og + o][k] = sum over threads of partial[t][g][k][o]; likewise the bias. (The
+    // team may be smaller than `threads`, e.g. when called inside another parallel region.)
+    const int team = omp_get_num_threads();
 #pragma omp for schedule(static)
     for (int64_t go = 0; go < g.O; ++go) {
       const int64_t gi = go / Og, o = go % Og;
       T* dst = gw + go * K;
       for (int64_t k = 0; k < K; ++k) {
         T s = 0;
-        for (int t = 0; t < threads; ++t) s += partial[t * part_size + (gi * K + k) * Opad + o];
+        for (int t = 0; t < team; ++t) s += partial[t * part_size + (gi * K + k) * Opad + o];
         dst[k] = s;
       }
       if (gb) {
         double b = 0;
-        for (int t = 0; t < threads; ++t) b += bias_part[t * bias_size + gi * Opad + o];
+        for (int t = 0; t < team; ++t) b += bias_part[t * bias_size + gi * Opad + o];
         gb[go] = static_cast<T>(b);
       }
     }
@@ -451,8 +524,17 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, T* gb, const Geom& g) 
 // ------------------------------------------------------------------------------- backward data
 // Stride 1 with pad <= dilation * (k - 1): grad_x is the forward convolution of grad_out with the
 // flipped, transposed weights and padding dilation * (k - 1) - pad.
+// That forward vectorises over the input channels per group; with only a few of them (a first
+// layer on 1-3 channels) most vector lanes would idle, and the column path, which vectorises over
+// Cg * KH * KW, wins despite its scatter (weighted 1/2 for it).
+template <typename T>
 bool backward_data_as_forward(const Geom& g) {
-  return g.sh == 1 && g.sw == 1 && g.ph <= g.dh * (g.KH - 1) && g.pw <= g.dw * (g.KW - 1);
+  if (g.sh != 1 || g.sw != 1 || g.ph > g.dh * (g.KH - 1) || g.pw > g.dw * (g.KW - 1)) return false;
+  constexpr int64_t W = Vec<T>::W;
+  const double lanes_flip =
+      static_cast<double>(g.Cg()) / static_cast<double>(ceil_div(g.Cg(), W) * W);
+  const double lanes_col = static_cast<double>(g.K()) / static_cast<double>(ceil_div(g.K(), W) * W);
+  return lanes_flip >= 0.5 * lanes_col;
 }
 
 template <typename T>
@@ -602,7 +684,7 @@ void CpuBackend::conv2d_backward_data(const Tensor& grad_out, const Tensor& w, c
     T* gx = of.data_ptr<T>();
     if (g.P() == 0 || g.Og() == 0) {
       std::fill(gx, gx + grad_x.numel(), T(0));
-    } else if (backward_data_as_forward(g)) {
+    } else if (backward_data_as_forward<T>(g)) {
       conv_backward_data_flipped(gf.data_ptr<T>(), wf.data_ptr<T>(), gx, g);
     } else {
       conv_backward_data_col2im(gf.data_ptr<T>(), wf.data_ptr<T>(), gx, g);
@@ -619,19 +701,20 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x,
   const Tensor gf = f.in(grad_out), xf = f.in(x), gwf = f.out(grad_w), gbf = f.out(grad_bias);
   dispatch_f(gwf.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const bool empty_sum = g.N * g.P() == 0;
     T* gw = gwf.data_ptr<T>();
-    if (empty_sum)
+    T* gb = gbf.defined() ? gbf.data_ptr<T>() : nullptr;
+    if (g.N * g.P() == 0 || grad_w.numel() == 0) {  // empty sums
       std::fill(gw, gw + grad_w.numel(), T(0));
-    else if (grad_w.numel() > 0)
-      conv_backward_weight(gf.data_ptr<T>(), xf.data_ptr<T>(), gw, g);
-    if (gbf.defined()) {
-      T* gb = gbf.data_ptr<T>();
-      if (empty_sum)
-        std::fill(gb, gb + g.O, T(0));
-      else
-        conv_backward_bias(gf.data_ptr<T>(), gb, g);
+      for (int64_t o = 0; gb && o < g.O; ++o) {  // the bias gradient may still be non-empty
+        double s = 0;
+        for (int64_t n = 0; n < g.N; ++n)
+          for (int64_t q = 0; q < g.P(); ++q)
+            s += static_cast<double>(gf.data_ptr<T>()[(n * g.O + o) * g.P() + q]);
+        gb[o] = static_cast<T>(s);
+      }
+      return;
     }
+    conv_backward_weight(gf.data_ptr<T>(), xf.data_ptr<T>(), gw, gb, g);
   });
   f.finish();
 }

@@ -163,6 +163,18 @@ void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& out, const GemmA
   T* pc = static_cast<T*>(out.raw_data());
   const int64_t abs = va.batch == 1 ? 0 : va.bs, bbs = vb.batch == 1 ? 0 : vb.bs;
 
+  if (k == 0) {  // op(a) @ op(b) is all zeros: out = beta * out (BLAS rejects ld = 0 here)
+    for (int64_t i = 0; i < batch; ++i) {
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t c = 0; c < n; ++c) {
+          T& v = pc[i * vo.bs + r * vo.rs + c * vo.cs];
+          v = beta == T(0) ? T(0) : beta * v;
+        }
+      }
+    }
+    if (args.bias != nullptr || args.activation != Activation::none) epilogue<T>(out, args);
+    return;
+  }
   auto one = [&](int64_t i) {
     const T* ai = pa + i * abs;
     const T* bi = pb + i * bbs;
@@ -207,9 +219,15 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& out, const
   }
   bool flipped;
   int64_t ld;
+  const View3 va = view3(a);
+  const bool empty_k = (args.trans_a ? va.rows : va.cols) == 0;  // no BLAS call at all
   // Operands whose matrices are neither row- nor column-major are made contiguous.
-  if (!describe(view3(a), flipped, ld)) return gemm(contiguous_copy(*this, a, dt), b, out, args);
-  if (!describe(view3(b), flipped, ld)) return gemm(a, contiguous_copy(*this, b, dt), out, args);
+  if (!empty_k && !describe(va, flipped, ld)) {
+    return gemm(contiguous_copy(*this, a, dt), b, out, args);
+  }
+  if (!empty_k && !describe(view3(b), flipped, ld)) {
+    return gemm(a, contiguous_copy(*this, b, dt), out, args);
+  }
   if (!describe(view3(out), flipped, ld)) {
     Tensor tmp = empty(out.sizes(), {dt, out.device(), false});
     if (args.beta != 0.0) copy(out, tmp);

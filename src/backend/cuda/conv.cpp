@@ -193,6 +193,8 @@ Choice choose(const Problem& p, Dir dir, cudnnHandle_t h, const Descs& d, const 
     }
     if (!ranked.empty()) best = ranked.front();  // Find returns them fastest first
   }
+  // Float32 without TF32 permission stays on FMA math whatever the search reported.
+  if (default_math(p) == CUDNN_FMA_MATH) best.math = CUDNN_FMA_MATH;
   std::lock_guard<std::mutex> lock(g_mu);
   g_choices.emplace(key, best);
   return best;

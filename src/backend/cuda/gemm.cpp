@@ -9,6 +9,7 @@
 // axis) is the transposed row-major one with its transpose flag flipped. Layouts cuBLASLt
 // rejects (or that no algorithm supports) fall back to cublasGemmEx per batch plus separate
 // epilogue kernels.
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -90,8 +91,8 @@ struct LtProblem {
     return std::make_tuple(device, static_cast<int>(dtype), tf32, static_cast<int>(op_a),
                            static_cast<int>(op_b), m, n, k, lda, ldb, ldc, stride_a, stride_b,
                            stride_c, batch, static_cast<int>(epilogue), beta_nonzero,
-                           std::min(align_a, 16) * 1000000 + std::min(align_b, 16) * 10000 +
-                               std::min(align_c, 16) * 100 + std::min(align_bias, 16));
+                           std::make_tuple(std::min(align_a, 256), std::min(align_b, 256),
+                                           std::min(align_c, 256), std::min(align_bias, 256)));
   }
 };
 
@@ -178,6 +179,15 @@ bool run_lt(const LtProblem& p, const void* a, const void* b, void* c, const voi
     GRADUS_CUBLAS_CHECK("gemm", cublasLtMatmulPreferenceSetAttribute(
                                     d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                     sizeof ws));
+    // cuBLASLt assumes 256-byte aligned buffers unless told otherwise; views can be less.
+    const auto set_align = [&](cublasLtMatmulPreferenceAttributes_t attr, int align) {
+      const uint32_t a = static_cast<uint32_t>(std::min(align, 256));
+      GRADUS_CUBLAS_CHECK("gemm", cublasLtMatmulPreferenceSetAttribute(d.pref, attr, &a, sizeof a));
+    };
+    set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p.align_a);
+    set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p.align_b);
+    set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p.align_c);
+    set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p.align_c);
     cublasLtMatmulHeuristicResult_t result{};
     int returned = 0;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c,

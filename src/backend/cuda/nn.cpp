@@ -233,8 +233,8 @@ void CudaBackend::batch_norm(const Tensor& x, const Tensor& weight, const Tensor
   const int device = x.device().index();
   const int64_t n = x.dim() > 0 ? x.size(0) : 1, c = x.dim() > 1 ? x.size(1) : 1;
   const int64_t s = n * c > 0 ? x.numel() / (n * c) : 0;
-  GRADUS_CHECK(n * s < (int64_t{1} << 32), ValueError,
-               "batch_norm: cuda kernels support at most 2^32 elements per channel, got ",
+  GRADUS_CHECK(n * s < (int64_t{1} << 31), ValueError,
+               "batch_norm: cuda kernels support at most 2^31 elements per channel, got ",
                shape_str(x.sizes()));
   const DType rdt = running_mean.defined() ? running_mean.dtype()
                                            : (running_var.defined() ? running_var.dtype()

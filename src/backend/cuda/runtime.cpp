@@ -57,8 +57,11 @@ std::string format_bytes(size_t bytes) {
 }
 
 // Leaked on purpose: tensors may be freed during static destruction, after which a destroyed
-// state would be used.
-DeviceState* g_states = new DeviceState[kMaxDevices];
+// state would be used. A function so that it exists whatever the static-initialisation order.
+DeviceState* states() {
+  static DeviceState* const s = new DeviceState[kMaxDevices];
+  return s;
+}
 std::once_flag g_state_once[kMaxDevices];
 
 std::atomic<int> g_tf32{-1};  // -1: read GRADUS_ALLOW_TF32 on first use
@@ -107,8 +110,8 @@ DeviceState& device_state(int index) {
   GRADUS_CHECK(index >= 0 && index < count, DeviceError, "cuda:", index,
                " is not available: ", count == 0 ? "no CUDA device (or driver) was found"
                                                  : detail::str_cat(count, " CUDA device(s) visible"));
-  std::call_once(g_state_once[index], [&] { init_device(g_states[index], index); });
-  return g_states[index];
+  std::call_once(g_state_once[index], [&] { init_device(states()[index], index); });
+  return states()[index];
 }
 
 DeviceGuard::DeviceGuard(int index) {
@@ -175,7 +178,7 @@ void* pool_allocate(size_t nbytes, int device, const char* op) {
 
 void pool_free(void* ptr, size_t nbytes, int device) noexcept {
   if (ptr == nullptr) return;
-  DeviceState& s = g_states[device];
+  DeviceState& s = states()[device];
   s.allocated.fetch_sub(nbytes);
   int current = -1;
   if (cudaGetDevice(&current) != cudaSuccess) {

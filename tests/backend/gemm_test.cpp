@@ -1,0 +1,193 @@
+// CPU batched GEMM against a naive float64 triple loop: transposes, row/column-major and padded
+// operands, broadcast batches, column-major outputs, alpha/beta, bias + activation epilogues,
+// f16/bf16, 2-D operands, many small batches, K = 0.
+#include <cmath>
+#include <numbers>
+
+#include "backend_test_util.h"
+
+namespace gradus::backend_test {
+namespace {
+
+using backend::Activation;
+using backend::GemmArgs;
+
+double act_ref(Activation act, double v) {
+  switch (act) {
+    case Activation::relu:
+      return v < 0 ? 0 : v;
+    case Activation::gelu:
+      return 0.5 * v * std::erfc(-v / std::numbers::sqrt2);
+    case Activation::gelu_tanh:
+      return 0.5 * v *
+             (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (v + 0.044715 * v * v * v)));
+    default:
+      return v;
+  }
+}
+
+// Element (b, r, c) of a [B, R, C] (or [R, C]) tensor through its strides, as double.
+double at(const Tensor& t, int64_t b, int64_t r, int64_t c) {
+  const bool batched = t.dim() == 3;
+  int64_t off = r * t.stride(batched ? 1 : 0) + c * t.stride(batched ? 2 : 1);
+  if (batched && t.size(0) > 1) off += b * t.stride(0);
+  return peek(t, off);
+}
+
+// The reference result of gemm(a, b, out0, args) for out's shape.
+std::vector<double> ref_gemm(const Tensor& a, const Tensor& b, const Tensor& out0,
+                             const GemmArgs& args) {
+  const bool batched = out0.dim() == 3;
+  const int64_t B = batched ? out0.size(0) : 1;
+  const int64_t M = out0.size(batched ? 1 : 0), N = out0.size(batched ? 2 : 1);
+  const int64_t K = args.trans_a ? a.size(a.dim() - 2) : a.size(a.dim() - 1);
+  std::vector<double> out;
+  for (int64_t bi = 0; bi < B; ++bi) {
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t n = 0; n < N; ++n) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double av = args.trans_a ? at(a, bi, k, m) : at(a, bi, m, k);
+          const double bv = args.trans_b ? at(b, bi, n, k) : at(b, bi, k, n);
+          acc += av * bv;
+        }
+        double v = args.alpha * acc;
+        if (args.beta != 0) v += args.beta * at(out0, bi, m, n);
+        if (args.bias) v += peek(*args.bias, n * args.bias->stride(0));
+        out.push_back(act_ref(args.activation, v));
+      }
+    }
+  }
+  return out;
+}
+
+// A [B, R, C] operand with random values in the requested layout:
+// 0 = row-major, 1 = column-major, 2 = row-major with a padded leading dimension,
+// 3 = neither (every other column of a wider tensor; the kernel must copy it).
+Tensor operand(int64_t B, int64_t R, int64_t C, int layout, DType dt, uint64_t seed) {
+  switch (layout) {
+    case 1: {
+      Tensor s = make({B, C, R}, uniform_values(B * R * C, seed, -1, 1), dt);
+      return s.as_strided_raw({B, R, C}, {R * C, 1, R}, 0);
+    }
+    case 2: {
+      Tensor s = make({B, R, C + 5}, uniform_values(B * R * (C + 5), seed, -1, 1), dt);
+      return s.as_strided_raw({B, R, C}, {R * (C + 5), C + 5, 1}, 2);
+    }
+    case 3: {
+      Tensor s = make({B, R, 2 * C}, uniform_values(B * R * 2 * C, seed, -1, 1), dt);
+      return s.as_strided_raw({B, R, C}, {R * 2 * C, 2 * C, 2}, 0);
+    }
+    default:
+      return make({B, R, C}, uniform_values(B * R * C, seed, -1, 1), dt);
+  }
+}
+
+void run_case(int64_t B, int64_t M, int64_t N, int64_t K, const GemmArgs& base, DType dt,
+              int layout_a, int layout_b, bool out_col_major, bool broadcast_a, uint64_t seed,
+              double rtol, double atol) {
+  GemmArgs args = base;
+  Tensor a = args.trans_a ? operand(broadcast_a ? 1 : B, K, M, layout_a, dt, seed)
+                          : operand(broadcast_a ? 1 : B, M, K, layout_a, dt, seed);
+  if (broadcast_a && B > 1) {  // batch stride 0
+    a = a.as_strided_raw({B, a.size(1), a.size(2)}, {0, a.stride(1), a.stride(2)}, a.offset());
+  }
+  Tensor b = args.trans_b ? operand(B, N, K, layout_b, dt, seed + 1)
+                          : operand(B, K, N, layout_b, dt, seed + 1);
+  Tensor out =
+      out_col_major ? operand(B, M, N, 1, dt, seed + 2) : operand(B, M, N, 0, dt, seed + 2);
+  Tensor bias;
+  if (args.bias) {  // a strided bias (every other element)
+    bias = make({2 * N}, uniform_values(2 * N, seed + 3, -1, 1), dt).as_strided_raw({N}, {2}, 0);
+    args.bias = &bias;
+  }
+  const std::vector<double> expected = ref_gemm(a, b, out, args);
+  cpu().gemm(a, b, out, args);
+  EXPECT_TRUE(close(read(out), rounded(expected, dt), rtol, atol,
+                    "gemm " + std::string(dtype_name(dt)) + " ta=" + std::to_string(args.trans_a) +
+                        " tb=" + std::to_string(args.trans_b) + " la=" + std::to_string(layout_a) +
+                        " lb=" + std::to_string(layout_b) + " out_cm=" +
+                        std::to_string(out_col_major) + " bcast=" + std::to_string(broadcast_a)));
+}
+
+TEST(BackendGemm, TransposesLayoutsAndBroadcastBatches) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  for (DType dt : {DType::f64, DType::f32}) {
+    const double rtol = dt == DType::f64 ? 1e-12 : 1e-5, atol = dt == DType::f64 ? 1e-12 : 1e-5;
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        GemmArgs args;
+        args.trans_a = ta;
+        args.trans_b = tb;
+        for (int la = 0; la < 4; ++la) {
+          for (int lb = 0; lb < 4; ++lb) {
+            run_case(3, 13, 17, 11, args, dt, la, lb, false, false, seed, rtol, atol);
+          }
+        }
+        run_case(4, 65, 33, 47, args, dt, 0, 1, true, true, seed, rtol, atol);
+        run_case(2, 7, 130, 70, args, dt, 2, 0, false, true, seed, rtol, atol);
+      }
+    }
+  }
+}
+
+TEST(BackendGemm, AlphaBetaBiasAndActivationEpilogues) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  for (DType dt : {DType::f64, DType::f32}) {
+    const double rtol = dt == DType::f64 ? 1e-12 : 1e-5, atol = dt == DType::f64 ? 1e-12 : 1e-5;
+    for (Activation act :
+         {Activation::none, Activation::relu, Activation::gelu, Activation::gelu_tanh}) {
+      for (bool with_bias : {false, true}) {
+        GemmArgs args;
+        args.alpha = 0.5;
+        args.beta = 1.5;
+        args.activation = act;
+        Tensor dummy;
+        if (with_bias) args.bias = &dummy;  // run_case substitutes a real bias
+        run_case(2, 31, 45, 19, args, dt, 0, 0, false, false, seed, rtol, atol);
+        run_case(2, 31, 45, 19, args, dt, 1, 2, true, false, seed, rtol, atol);
+        args.trans_b = true;
+        args.beta = 0;
+        run_case(1, 64, 128, 96, args, dt, 0, 0, false, false, seed, rtol, atol);
+      }
+    }
+  }
+}
+
+TEST(BackendGemm, HalfTypesTwoDimensionalSmallBatchesAndEmptyK) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  for (DType dt : {DType::f16, DType::bf16}) {
+    GemmArgs args;
+    Tensor dummy;
+    args.bias = &dummy;
+    args.activation = Activation::gelu;
+    args.trans_b = true;
+    run_case(3, 20, 24, 32, args, dt, 0, 0, false, true, seed, rtol_for(dt), 2e-2);
+  }
+  // Many tiny matrices (the batch-parallel path).
+  GemmArgs args;
+  run_case(40, 8, 8, 8, args, DType::f32, 0, 1, false, false, seed, 1e-5, 1e-6);
+  // 2-D operands.
+  Tensor a = make({5, 3}, uniform_values(15, seed, -1, 1), DType::f64);
+  Tensor b = make({3, 4}, uniform_values(12, seed + 1, -1, 1), DType::f64);
+  Tensor out = poisoned({5, 4}, DType::f64);
+  const std::vector<double> expected =
+      ref_gemm(a, b, make({5, 4}, std::vector<double>(20, 0), DType::f64), args);
+  cpu().gemm(a, b, out, args);
+  EXPECT_TRUE(close(read(out), expected, 1e-12, 1e-14, "2-D"));
+  // K = 0: out = beta * out, then the epilogue.
+  Tensor ea = empty({2, 3, 0}, {DType::f32, Device::cpu(), false});
+  Tensor eb = empty({2, 0, 4}, {DType::f32, Device::cpu(), false});
+  Tensor eo = make({2, 3, 4}, std::vector<double>(24, 2.0), DType::f32);
+  GemmArgs kargs;
+  kargs.beta = 0.5;
+  kargs.activation = Activation::relu;
+  cpu().gemm(ea, eb, eo, kargs);
+  EXPECT_TRUE(close(read(eo), std::vector<double>(24, 1.0), 0, 0, "K = 0"));
+}
+
+}  // namespace
+}  // namespace gradus::backend_test
