@@ -17,8 +17,9 @@ struct TrainOptions {
   int64_t batch_size = 128;
   double lr = 1e-3;
   std::string optimizer = "adam";
-  double momentum = 0.9;      // sgd
-  double weight_decay = 0.0;  // sgd/adam: L2 added to the gradient; adamw: decoupled
+  double momentum = 0.9;  // sgd
+  // sgd/adam: L2 added to the gradient; adamw: decoupled. < 0: the optimizer's default.
+  double weight_decay = -1.0;
   std::string scheduler = "cosine";
   int64_t warmup_steps = 0;
   double step_gamma = 0.1;  // step scheduler: lr *= gamma every step_epochs epochs
@@ -30,7 +31,7 @@ struct TrainOptions {
   std::string metrics;  // JSONL file, appended
   int64_t limit_train = -1;
   int64_t limit_test = -1;
-  bool progress = true;
+  bool no_progress = false;
 };
 int run_train(const TrainOptions& o);
 

@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "gradus/core/device.h"
 #include "gradus/core/error.h"
+#include "gradus/nn/models.h"
 
 namespace {
 
@@ -31,6 +32,7 @@ using gradus::cli::TrainOptions;
 void add_train(CLI::App& app, TrainOptions& o) {
   CLI::App* c = app.add_subcommand("train", "Train a model and report test accuracy");
   c->add_option("--model", o.model, "Model: mlp or cnn (also mlp-bench, mlp-large, cnn-bench)")
+      ->check(CLI::IsMember(gradus::nn::model_names()))
       ->capture_default_str();
   c->add_option("--data", o.data, "Dataset: fashion-mnist or mnist")
       ->check(CLI::IsMember({"fashion-mnist", "mnist"}))
@@ -53,9 +55,9 @@ void add_train(CLI::App& app, TrainOptions& o) {
   c->add_option("--momentum", o.momentum, "SGD momentum")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  c->add_option("--weight-decay", o.weight_decay, "Weight decay")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  c->add_option("--weight-decay", o.weight_decay,
+                "Weight decay (default: 0 for sgd and adam, 0.01 for adamw)")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--scheduler", o.scheduler, "LR schedule per step: none, cosine or step")
       ->check(CLI::IsMember({"none", "cosine", "step"}))
       ->capture_default_str();
@@ -84,7 +86,7 @@ void add_train(CLI::App& app, TrainOptions& o) {
       ->check(CLI::PositiveNumber);
   c->add_option("--limit-test", o.limit_test, "Use only the first N test examples")
       ->check(CLI::PositiveNumber);
-  c->add_flag("!--no-progress", o.progress, "Do not draw the progress bar");
+  c->add_flag("--no-progress", o.no_progress, "Do not draw the progress bar");
 }
 
 void add_bench(CLI::App& app, BenchOptions& o) {

@@ -18,18 +18,21 @@ namespace gradus::cli {
 namespace {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, nn::Module& model) {
+  const bool default_decay = o.weight_decay < 0;
   if (o.optimizer == "sgd") {
-    return std::make_unique<optim::SGD>(
-        model.parameters(),
-        optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
+    optim::SGDOptions opts{.lr = o.lr, .momentum = o.momentum};
+    if (!default_decay) opts.weight_decay = o.weight_decay;
+    return std::make_unique<optim::SGD>(model.parameters(), opts);
   }
   if (o.optimizer == "adam") {
-    return std::make_unique<optim::Adam>(
-        model.parameters(), optim::AdamOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+    optim::AdamOptions opts{.lr = o.lr};
+    if (!default_decay) opts.weight_decay = o.weight_decay;
+    return std::make_unique<optim::Adam>(model.parameters(), opts);
   }
   if (o.optimizer == "adamw") {
-    return std::make_unique<optim::AdamW>(
-        model.parameters(), optim::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+    optim::AdamWOptions opts{.lr = o.lr};
+    if (!default_decay) opts.weight_decay = o.weight_decay;
+    return std::make_unique<optim::AdamW>(model.parameters(), opts);
   }
   throw ValueError("train: unknown optimizer '" + o.optimizer + "' (expected sgd, adam or adamw)");
 }
@@ -135,7 +138,7 @@ int run_train(const TrainOptions& o) {
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
     train_loader.set_epoch(epoch);
     Progress bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs),
-                 steps_per_epoch, o.progress);
+                 steps_per_epoch, !o.no_progress);
     double loss_sum = 0;  // sum over examples of this epoch
     int64_t samples = 0, batch_index = 0;
     double lr = optimizer->lr();

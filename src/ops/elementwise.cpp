@@ -55,8 +55,12 @@ Tensor comparison(BinaryOp op, const char* name, const Tensor& a, const Tensor& 
   return binary_kernel(op, name, a, b, 0, arithmetic_dtype(a, b), DType::boolean);
 }
 
+// A 0-d tensor holding a Python-style scalar operand for t. Like PyTorch, a fractional scalar
+// against an integer tensor promotes the operation to float32 (t == 0.5 is false for ints).
 Tensor scalar_like(double v, const Tensor& t) {
-  return scalar_tensor(v, {t.dtype(), t.device()});
+  const bool fractional = v != std::trunc(v) || !std::isfinite(v);
+  const DType dtype = is_integral(t.dtype()) && fractional ? DType::f32 : t.dtype();
+  return scalar_tensor(v, {dtype, t.device()});
 }
 
 }  // namespace

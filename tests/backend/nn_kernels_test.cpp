@@ -529,6 +529,11 @@ const ConvCase kConvCases[] = {
     {2, 4, 9, 9, 6, 1, 1, 2, 2, 1, 1, 1, 1, 1, false},     // 1x1 stride 2 padded
     {5, 2, 6, 5, 3, 5, 4, 3, 2, 2, 3, 1, 2, 1, true},      // big kernel, mixed everything
     {2, 3, 4, 4, 4, 4, 4, 1, 1, 0, 0, 1, 1, 1, true},      // kernel = input: 1x1 output
+    {2, 5, 7, 7, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},     // rows of 7: unit-stride tiles
+    // Small reductions over long planes (the dot-product backward-weight path):
+    {4, 2, 16, 12, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
+    {3, 1, 13, 12, 10, 2, 2, 1, 1, 0, 1, 1, 1, 1, true},  // P = 156: a partial last vector
+    {3, 4, 30, 20, 6, 3, 3, 2, 1, 1, 0, 1, 2, 2, false},  // groups, stride, dilation
 };
 
 TEST(NnKernels, Conv2dMatchesDirectConvolutionFloat64) {

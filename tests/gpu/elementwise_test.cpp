@@ -38,18 +38,41 @@ struct UnaryCase {
 };
 
 const UnaryCase kUnary[] = {
-    {UnaryOp::identity, 0, 0},   {UnaryOp::neg, 0, 0},        {UnaryOp::abs, 0, 0},
-    {UnaryOp::sign, 0, 0},       {UnaryOp::exp, 0, 0},        {UnaryOp::log, 0, 0},
-    {UnaryOp::log1p, 0, 0},      {UnaryOp::expm1, 0, 0},      {UnaryOp::sqrt, 0, 0},
-    {UnaryOp::rsqrt, 0, 0},      {UnaryOp::reciprocal, 0, 0}, {UnaryOp::square, 0, 0},
-    {UnaryOp::sin, 0, 0},        {UnaryOp::cos, 0, 0},        {UnaryOp::tanh, 0, 0},
-    {UnaryOp::sigmoid, 0, 0},    {UnaryOp::relu, 0, 0},       {UnaryOp::leaky_relu, 0.1, 0},
-    {UnaryOp::gelu, 0, 0},       {UnaryOp::gelu_tanh, 0, 0},  {UnaryOp::silu, 0, 0},
-    {UnaryOp::softplus, 2, 3},   {UnaryOp::erf, 0, 0},        {UnaryOp::floor, 0, 0},
-    {UnaryOp::ceil, 0, 0},       {UnaryOp::round, 0, 0},      {UnaryOp::affine, 1.5, -0.25},
-    {UnaryOp::pow_scalar, 2, 0}, {UnaryOp::pow_scalar, 0.5, 0}, {UnaryOp::pow_scalar, 1.7, 0},
-    {UnaryOp::rpow_scalar, 1.3, 0}, {UnaryOp::clamp, -0.5, 0.75}, {UnaryOp::clamp, kNaN, 0.5},
-    {UnaryOp::tanh_grad_from_output, 0, 0}, {UnaryOp::sigmoid_grad_from_output, 0, 0},
+    {UnaryOp::identity, 0, 0},
+    {UnaryOp::neg, 0, 0},
+    {UnaryOp::abs, 0, 0},
+    {UnaryOp::sign, 0, 0},
+    {UnaryOp::exp, 0, 0},
+    {UnaryOp::log, 0, 0},
+    {UnaryOp::log1p, 0, 0},
+    {UnaryOp::expm1, 0, 0},
+    {UnaryOp::sqrt, 0, 0},
+    {UnaryOp::rsqrt, 0, 0},
+    {UnaryOp::reciprocal, 0, 0},
+    {UnaryOp::square, 0, 0},
+    {UnaryOp::sin, 0, 0},
+    {UnaryOp::cos, 0, 0},
+    {UnaryOp::tanh, 0, 0},
+    {UnaryOp::sigmoid, 0, 0},
+    {UnaryOp::relu, 0, 0},
+    {UnaryOp::leaky_relu, 0.1, 0},
+    {UnaryOp::gelu, 0, 0},
+    {UnaryOp::gelu_tanh, 0, 0},
+    {UnaryOp::silu, 0, 0},
+    {UnaryOp::softplus, 2, 3},
+    {UnaryOp::erf, 0, 0},
+    {UnaryOp::floor, 0, 0},
+    {UnaryOp::ceil, 0, 0},
+    {UnaryOp::round, 0, 0},
+    {UnaryOp::affine, 1.5, -0.25},
+    {UnaryOp::pow_scalar, 2, 0},
+    {UnaryOp::pow_scalar, 0.5, 0},
+    {UnaryOp::pow_scalar, 1.7, 0},
+    {UnaryOp::rpow_scalar, 1.3, 0},
+    {UnaryOp::clamp, -0.5, 0.75},
+    {UnaryOp::clamp, kNaN, 0.5},
+    {UnaryOp::tanh_grad_from_output, 0, 0},
+    {UnaryOp::sigmoid_grad_from_output, 0, 0},
 };
 
 // Runs op on CPU and GPU over x given in three layouts and compares.
@@ -60,8 +83,8 @@ void check_unary(const UnaryCase& c, DType t, DType out_t, const Tensor& x) {
     const Tensor xg = layout == 0 ? x.to(cuda0()) : strided_copy(x, cuda0(), x.dim() == 2);
     const Tensor out = poisoned(x.sizes(), out_t, cuda0());
     gpu().unary(c.op, xg, out, c.a, c.b);
-    EXPECT_TRUE(close(out, expect, tol(t) * 2)) << "unary op " << static_cast<int>(c.op) << " in "
-                                               << dtype_name(t) << " layout " << layout;
+    EXPECT_TRUE(close(out, expect, tol(t) * 2))
+        << "unary op " << static_cast<int>(c.op) << " in " << dtype_name(t) << " layout " << layout;
   }
 }
 
@@ -79,8 +102,8 @@ TEST(CudaElementwise, UnaryFloat) {
 TEST(CudaElementwise, UnaryPredicatesAndSpecialValues) {
   GRADUS_REQUIRE_GPU();
   for (DType t : kFloatTypes) {
-    const Tensor x = tensor({0.0, -0.0, 1.5, -2.0, kNaN, INFINITY, -INFINITY, 3.0, 0.5, -0.5},
-                            {10}, {DType::f64})
+    const Tensor x = tensor({0.0, -0.0, 1.5, -2.0, kNaN, INFINITY, -INFINITY, 3.0, 0.5, -0.5}, {10},
+                            {DType::f64})
                          .to(t);
     for (UnaryOp op : {UnaryOp::isnan, UnaryOp::isinf, UnaryOp::logical_not}) {
       check_unary({op, 0, 0}, t, DType::boolean, x);
@@ -95,27 +118,33 @@ TEST(CudaElementwise, UnaryIntegers) {
   GRADUS_REQUIRE_GPU();
   for (DType t : {DType::i32, DType::i64}) {
     const Tensor x = rnd_int({10007}, t, -50, 50);
-    for (const UnaryCase& c :
-         {UnaryCase{UnaryOp::neg, 0, 0}, {UnaryOp::abs, 0, 0}, {UnaryOp::sign, 0, 0},
-          {UnaryOp::square, 0, 0}, {UnaryOp::relu, 0, 0}, {UnaryOp::affine, 3, -2},
-          {UnaryOp::affine, 0.5, 0}, {UnaryOp::clamp, -7.5, 20.2}, {UnaryOp::exp, 0, 0}}) {
+    for (const UnaryCase& c : {UnaryCase{UnaryOp::neg, 0, 0},
+                               {UnaryOp::abs, 0, 0},
+                               {UnaryOp::sign, 0, 0},
+                               {UnaryOp::square, 0, 0},
+                               {UnaryOp::relu, 0, 0},
+                               {UnaryOp::affine, 3, -2},
+                               {UnaryOp::affine, 0.5, 0},
+                               {UnaryOp::clamp, -7.5, 20.2},
+                               {UnaryOp::exp, 0, 0}}) {
       const Tensor expect = poisoned(x.sizes(), t, Device::cpu());
       cpu().unary(c.op, x, expect, c.a, c.b);
       const Tensor out = poisoned(x.sizes(), t, cuda0());
       gpu().unary(c.op, x.to(cuda0()), out, c.a, c.b);
-      EXPECT_TRUE(identical(out, expect)) << "op " << static_cast<int>(c.op) << " "
-                                          << dtype_name(t);
+      EXPECT_TRUE(identical(out, expect))
+          << "op " << static_cast<int>(c.op) << " " << dtype_name(t);
     }
   }
 }
 
-const BinaryOp kBinaryFloat[] = {
-    BinaryOp::add,           BinaryOp::sub,          BinaryOp::mul,
-    BinaryOp::div,           BinaryOp::pow,          BinaryOp::maximum,
-    BinaryOp::minimum,       BinaryOp::atan2,        BinaryOp::fmod,
-    BinaryOp::remainder,     BinaryOp::relu_backward, BinaryOp::leaky_relu_backward,
-    BinaryOp::gelu_backward, BinaryOp::gelu_tanh_backward, BinaryOp::silu_backward,
-    BinaryOp::sign_mul};
+const BinaryOp kBinaryFloat[] = {BinaryOp::add,           BinaryOp::sub,
+                                 BinaryOp::mul,           BinaryOp::div,
+                                 BinaryOp::pow,           BinaryOp::maximum,
+                                 BinaryOp::minimum,       BinaryOp::atan2,
+                                 BinaryOp::fmod,          BinaryOp::remainder,
+                                 BinaryOp::relu_backward, BinaryOp::leaky_relu_backward,
+                                 BinaryOp::gelu_backward, BinaryOp::gelu_tanh_backward,
+                                 BinaryOp::silu_backward, BinaryOp::sign_mul};
 const BinaryOp kPredicates[] = {BinaryOp::eq,          BinaryOp::ne,         BinaryOp::lt,
                                 BinaryOp::le,          BinaryOp::gt,         BinaryOp::ge,
                                 BinaryOp::logical_and, BinaryOp::logical_or, BinaryOp::logical_xor};
@@ -126,8 +155,8 @@ void check_binary(BinaryOp op, DType t, DType out_t, double alpha, bool integer_
                         op == BinaryOp::remainder;
   const Shape s = {37, 129};
   const Tensor a = integer_inputs ? rnd_int(s, t, -3, 4) : rnd(s, t, positive ? 0.5 : -2, 2);
-  const Tensor b_row = integer_inputs ? rnd_int({1, 129}, t, -3, 4)
-                                      : rnd({1, 129}, t, positive ? 0.5 : -2, 2);
+  const Tensor b_row =
+      integer_inputs ? rnd_int({1, 129}, t, -3, 4) : rnd({1, 129}, t, positive ? 0.5 : -2, 2);
   const Tensor b_col = integer_inputs ? rnd_int({37, 1}, t, 1, 4) : rnd({37, 1}, t, 0.5, 2);
   for (const Tensor& b : {b_row, b_col}) {
     const Shape bstride = b.size(0) == 1 ? Shape{0, 1} : Shape{1, 0};
@@ -156,9 +185,9 @@ TEST(CudaElementwise, BinaryFloat) {
 TEST(CudaElementwise, BinaryIntegers) {
   GRADUS_REQUIRE_GPU();
   for (DType t : {DType::i32, DType::i64}) {
-    for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::maximum,
-                        BinaryOp::minimum, BinaryOp::fmod, BinaryOp::remainder, BinaryOp::pow,
-                        BinaryOp::div}) {
+    for (BinaryOp op :
+         {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::maximum, BinaryOp::minimum,
+          BinaryOp::fmod, BinaryOp::remainder, BinaryOp::pow, BinaryOp::div}) {
       check_binary(op, t, t, 2, true);
     }
     for (BinaryOp op : kPredicates) check_binary(op, t, DType::boolean, 0, true);
@@ -202,8 +231,8 @@ TEST(CudaElementwise, Ternary) {
       const Tensor zg = c.z.to(cuda0());
       gpu().ternary(c.op, strided_copy(c.x, cuda0(), true), c.y.to(cuda0()),
                     c.op == TernaryOp::where ? zg : wc.to(cuda0()), out, 0.5);
-      EXPECT_TRUE(close(out, expect, tol(t) * 2)) << "ternary " << static_cast<int>(c.op) << " "
-                                                  << dtype_name(t);
+      EXPECT_TRUE(close(out, expect, tol(t) * 2))
+          << "ternary " << static_cast<int>(c.op) << " " << dtype_name(t);
     }
   }
   // where over integers.
@@ -218,12 +247,12 @@ TEST(CudaElementwise, Ternary) {
 
 TEST(CudaCopy, CastsBetweenAllDtypesAreBitExact) {
   GRADUS_REQUIRE_GPU();
-  const DType all[] = {DType::f32, DType::f64, DType::f16,  DType::bf16,
-                       DType::i32, DType::i64, DType::u8, DType::boolean};
+  const DType all[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
+                       DType::i32, DType::i64, DType::u8,  DType::boolean};
   // Halfway cases for rounding, out-of-range values, NaN and infinities included.
-  std::vector<double> v = {0.0,  -0.0, 1.0,  -1.0, 0.5,  1.5, 2.5,   -2.5,   255.0,  256.0,
-                           -3.7, 1e10, -1e10, 65520.0, 1.00048828125, 3.0e38, kNaN, INFINITY,
-                           -INFINITY, 1e-8};
+  std::vector<double> v = {0.0,           -0.0,   1.0,   -1.0,     0.5,       1.5,   2.5,
+                           -2.5,          255.0,  256.0, -3.7,     1e10,      -1e10, 65520.0,
+                           1.00048828125, 3.0e38, kNaN,  INFINITY, -INFINITY, 1e-8};
   std::mt19937_64 rng(testing::fresh_seed());
   std::uniform_real_distribution<double> d(-300, 300);
   for (int i = 0; i < 5000; ++i) v.push_back(d(rng));

@@ -18,8 +18,8 @@
 #include "gradus/gradus.h"
 #include "support/test_util.h"
 
-#define GRADUS_REQUIRE_GPU()                                                     \
-  do {                                                                           \
+#define GRADUS_REQUIRE_GPU()                                                          \
+  do {                                                                                \
     if (::gradus::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible"; \
   } while (0)
 
@@ -27,9 +27,15 @@ namespace gradus::gpu_test {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-inline backend::Backend& cpu() { return backend::backend_for(DeviceType::CPU); }
-inline backend::Backend& gpu() { return backend::backend_for(DeviceType::CUDA); }
-inline Device cuda0() { return Device::cuda(0); }
+inline backend::Backend& cpu() {
+  return backend::backend_for(DeviceType::CPU);
+}
+inline backend::Backend& gpu() {
+  return backend::backend_for(DeviceType::CUDA);
+}
+inline Device cuda0() {
+  return Device::cuda(0);
+}
 
 // The brief's tolerances: relative, also applied as an absolute floor at the data's scale.
 inline double tol(DType t) {
@@ -104,8 +110,8 @@ inline double max_abs(const std::vector<double>& v) {
 inline ::testing::AssertionResult close(const Tensor& gpu_result, const Tensor& cpu_result,
                                         double rtol, double atol_scale = 1.0) {
   if (gpu_result.sizes() != cpu_result.sizes()) {
-    return ::testing::AssertionFailure() << "shape " << shape_str(gpu_result.sizes()) << " vs "
-                                         << shape_str(cpu_result.sizes());
+    return ::testing::AssertionFailure()
+           << "shape " << shape_str(gpu_result.sizes()) << " vs " << shape_str(cpu_result.sizes());
   }
   // Moved to the host in its own dtype first, so no GPU cast kernel is involved in reading it.
   const std::vector<double> a = gpu_result.to(Device::cpu()).to_vector<double>();

@@ -129,8 +129,8 @@ TEST(CudaOptim, AdamAndAdamW) {
         cpu().adam_step(pc, g, mc, vc, amsgrad ? xc : std::vector<Tensor>{}, a);
         gpu().adam_step(pg, gg, mg, vg, amsgrad ? xg : std::vector<Tensor>{}, a);
         for (size_t i = 0; i < p.size(); ++i) {
-          EXPECT_TRUE(close(pg[i], pc[i], 1e-6)) << "param " << i << " decoupled " << decoupled
-                                                 << " amsgrad " << amsgrad;
+          EXPECT_TRUE(close(pg[i], pc[i], 1e-6))
+              << "param " << i << " decoupled " << decoupled << " amsgrad " << amsgrad;
           EXPECT_TRUE(close(mg[i], mc[i], 1e-6));
           EXPECT_TRUE(close(vg[i], vc[i], 1e-6));
         }

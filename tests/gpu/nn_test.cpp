@@ -29,9 +29,10 @@ void run_gemm(const GemmCase& c, DType t) {
   const Shape sa = c.ta ? Shape{c.batch, c.k, c.m} : Shape{c.batch, c.m, c.k};
   const Shape sb = c.tb ? Shape{c.broadcast_b ? 1 : c.batch, c.n, c.k}
                         : Shape{c.broadcast_b ? 1 : c.batch, c.k, c.n};
-  const Tensor a = rnd(sa, t), b0 = rnd(sb, t), bias = rnd({c.n}, t), init = rnd({c.batch, c.m, c.n}, t);
-  const Tensor b = c.broadcast_b ? b0.as_strided_raw({c.batch, sb[1], sb[2]}, {0, sb[2], 1}, 0)
-                                 : b0;
+  const Tensor a = rnd(sa, t), b0 = rnd(sb, t), bias = rnd({c.n}, t),
+               init = rnd({c.batch, c.m, c.n}, t);
+  const Tensor b =
+      c.broadcast_b ? b0.as_strided_raw({c.batch, sb[1], sb[2]}, {0, sb[2], 1}, 0) : b0;
   GemmArgs args;
   args.trans_a = c.ta;
   args.trans_b = c.tb;
@@ -219,15 +220,17 @@ TEST(CudaLayerNorm, ForwardBackward) {
       const Tensor re = poisoned({rows}, DType::f32, Device::cpu());
       cpu().layer_norm(x, w, b, 1e-5, ye, me, re);
       const Tensor yg = poisoned({rows, cols}, t, cuda0());
-      const Tensor mg = poisoned({rows}, DType::f32, cuda0()), rg = poisoned({rows}, DType::f32, cuda0());
+      const Tensor mg = poisoned({rows}, DType::f32, cuda0()),
+                   rg = poisoned({rows}, DType::f32, cuda0());
       gpu().layer_norm(x.to(cuda0()), w.to(cuda0()), b.to(cuda0()), 1e-5, yg, mg, rg);
-      const std::string what = std::string(dtype_name(t)) + " " + std::to_string(rows) + "x" +
-                               std::to_string(cols);
+      const std::string what =
+          std::string(dtype_name(t)) + " " + std::to_string(rows) + "x" + std::to_string(cols);
       EXPECT_TRUE(close(yg, ye, tol(t) * 4)) << "out " << what;
       EXPECT_TRUE(close(mg, me, 1e-5)) << "mean " << what;
       EXPECT_TRUE(close(rg, re, 1e-5)) << "rstd " << what;
       const Tensor gxe = poisoned({rows, cols}, t, Device::cpu());
-      const Tensor gwe = poisoned({cols}, t, Device::cpu()), gbe = poisoned({cols}, t, Device::cpu());
+      const Tensor gwe = poisoned({cols}, t, Device::cpu()),
+                   gbe = poisoned({cols}, t, Device::cpu());
       cpu().layer_norm_backward(g, x, w, me, re, gxe, gwe, gbe);
       const Tensor gxg = poisoned({rows, cols}, t, cuda0());
       const Tensor gwg = poisoned({cols}, t, cuda0()), gbg = poisoned({cols}, t, cuda0());
@@ -256,9 +259,10 @@ TEST(CudaBatchNorm, TrainEvalBackward) {
         cpu().batch_norm(x, w, b, rme, rve, training, 0.1, 1e-5, ye, sme, sre);
         const Tensor rmg = rm0.to(cuda0()), rvg = rv0.to(cuda0());
         const Tensor yg = poisoned(s, t, cuda0());
-        const Tensor smg = poisoned({c}, DType::f32, cuda0()), srg = poisoned({c}, DType::f32, cuda0());
-        gpu().batch_norm(x.to(cuda0()), w.to(cuda0()), b.to(cuda0()), rmg, rvg, training, 0.1,
-                         1e-5, yg, smg, srg);
+        const Tensor smg = poisoned({c}, DType::f32, cuda0()),
+                     srg = poisoned({c}, DType::f32, cuda0());
+        gpu().batch_norm(x.to(cuda0()), w.to(cuda0()), b.to(cuda0()), rmg, rvg, training, 0.1, 1e-5,
+                         yg, smg, srg);
         EXPECT_TRUE(close(yg, ye, tol(t) * 4)) << "out " << what << " training " << training;
         EXPECT_TRUE(close(rmg, rme, 1e-5)) << "running mean " << what;
         EXPECT_TRUE(close(rvg, rve, 1e-5)) << "running var " << what;
@@ -348,7 +352,8 @@ TEST(CudaPool, MaxAvgAdaptiveForwardBackward) {
     }
     // adaptive, including output larger than input (overlapping bins)
     for (auto [in, out] : {std::pair<Shape, Shape>{{2, 3, 17, 13}, {2, 3, 5, 4}},
-                           {{2, 3, 4, 6}, {2, 3, 7, 9}}, {{1, 2, 9, 9}, {1, 2, 1, 1}}}) {
+                           {{2, 3, 4, 6}, {2, 3, 7, 9}},
+                           {{1, 2, 9, 9}, {1, 2, 1, 1}}}) {
       const Tensor x = rnd(in, t), gy = rnd(out, t);
       const Tensor ye = poisoned(out, t, Device::cpu());
       cpu().adaptive_avg_pool2d(x, ye);

@@ -20,8 +20,8 @@ TEST(PhiloxParity, UniformAllDtypes) {
         Tensor c = poisoned(s, t, Device::cpu()), g = poisoned(s, t, cuda0());
         cpu().uniform(c, st, -2.5, 3.0);
         gpu().uniform(g, st, -2.5, 3.0);
-        EXPECT_EQ(bytes_of(g), bytes_of(c)) << dtype_name(t) << " " << shape_str(s) << " seed "
-                                            << seed << " offset " << offset;
+        EXPECT_EQ(bytes_of(g), bytes_of(c))
+            << dtype_name(t) << " " << shape_str(s) << " seed " << seed << " offset " << offset;
       }
     }
   }
@@ -36,8 +36,8 @@ TEST(PhiloxParity, NormalAllDtypes) {
       Tensor c = poisoned(s, t, Device::cpu()), g = poisoned(s, t, cuda0());
       cpu().normal(c, st, 0.25, 1.5);
       gpu().normal(g, st, 0.25, 1.5);
-      EXPECT_EQ(bytes_of(g), bytes_of(c)) << dtype_name(t) << " " << shape_str(s) << " seed "
-                                          << seed;
+      EXPECT_EQ(bytes_of(g), bytes_of(c))
+          << dtype_name(t) << " " << shape_str(s) << " seed " << seed;
     }
   }
 }

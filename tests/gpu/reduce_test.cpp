@@ -9,9 +9,9 @@ namespace {
 using namespace gpu_test;
 using backend::ReduceOp;
 
-const ReduceOp kAll[] = {ReduceOp::sum,  ReduceOp::mean,        ReduceOp::prod,
-                         ReduceOp::max,  ReduceOp::min,         ReduceOp::sum_squares,
-                         ReduceOp::logsumexp, ReduceOp::any,    ReduceOp::all};
+const ReduceOp kAll[] = {ReduceOp::sum,       ReduceOp::mean, ReduceOp::prod,
+                         ReduceOp::max,       ReduceOp::min,  ReduceOp::sum_squares,
+                         ReduceOp::logsumexp, ReduceOp::any,  ReduceOp::all};
 
 Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims) {
   Shape o = s;
@@ -46,14 +46,14 @@ struct Problem {
 };
 
 const Problem kProblems[] = {
-    {{7, 1000}, {1}},          // warp rows
-    {{3, 200003}, {1}},        // long rows, split over blocks
-    {{100003, 3}, {0}},        // columns
-    {{4000, 65}, {0}},         // columns, split
-    {{64, 33, 17}, {0, 2}},    // mixed
-    {{1 << 21}, {0}},          // full reduction, split
-    {{5, 6, 7, 8}, {1, 3}},    // strided kept dims
-    {{1, 1, 9}, {0, 1}},       // reducing only size-1 dims
+    {{7, 1000}, {1}},        // warp rows
+    {{3, 200003}, {1}},      // long rows, split over blocks
+    {{100003, 3}, {0}},      // columns
+    {{4000, 65}, {0}},       // columns, split
+    {{64, 33, 17}, {0, 2}},  // mixed
+    {{1 << 21}, {0}},        // full reduction, split
+    {{5, 6, 7, 8}, {1, 3}},  // strided kept dims
+    {{1, 1, 9}, {0, 1}},     // reducing only size-1 dims
 };
 
 TEST(CudaReduce, AllOpsFloat) {
@@ -104,15 +104,15 @@ TEST(CudaReduce, IntegersAndBool) {
                         ReduceOp::any, ReduceOp::all, ReduceOp::sum_squares}) {
       for (const std::vector<int64_t>& dims : {std::vector<int64_t>{0}, {1}, {0, 1}}) {
         if ((op == ReduceOp::argmax) && dims.size() != 1) continue;
-        const DType ot = op == ReduceOp::sum || op == ReduceOp::sum_squares ? DType::i64
-                                                                              : out_dtype(op, t);
+        const DType ot =
+            op == ReduceOp::sum || op == ReduceOp::sum_squares ? DType::i64 : out_dtype(op, t);
         const Shape os = reduced_shape(x.sizes(), dims);
         const Tensor expect = poisoned(os, ot, Device::cpu());
         cpu().reduce(op, x, expect, dims);
         const Tensor out = poisoned(os, ot, cuda0());
         gpu().reduce(op, x.to(cuda0()), out, dims);
-        EXPECT_TRUE(identical(out, expect)) << "op " << static_cast<int>(op) << " "
-                                            << dtype_name(t);
+        EXPECT_TRUE(identical(out, expect))
+            << "op " << static_cast<int>(op) << " " << dtype_name(t);
       }
     }
   }

@@ -70,7 +70,7 @@ TEST(CudaRuntime, OutOfMemoryErrorExplains) {
   const int64_t huge = int64_t{1} << 45;  // 128 TiB of float32
   try {
     Tensor t = empty({huge}, {DType::f32, cuda0()});
-    FAIL() << "allocating 512 TiB did not fail";
+    FAIL() << "allocating 128 TiB did not fail";
   } catch (const OutOfMemoryError& e) {
     const std::string msg = e.what();
     for (const char* word : {"out of memory", "cuda:0", "free", "total", "allocated", "reserved",
@@ -96,7 +96,10 @@ TEST(CudaRuntime, HostRoundTripAndPinnedMemory) {
   EXPECT_FALSE(cuda::is_pinned(h.raw_data()));
   for (size_t i = 0; i < n; ++i) pinned[i] = static_cast<float>(i) * 0.5f;
   Tensor d = empty({static_cast<int64_t>(n)}, {DType::f32, cuda0()});
-  cuda::Event done;
+  // d was allocated in the compute stream's order: the copy stream waits for that first.
+  cuda::Event ready, done;
+  ready.record();
+  ready.wait(cuda::copy_stream());
   cuda::copy_from_host_async(pinned, d, cuda::copy_stream());
   done.record(cuda::copy_stream());
   done.wait();  // the compute stream waits for the copy

@@ -21,10 +21,10 @@ namespace gradus::cuda {
 
 struct DeviceProperties {
   int index = 0;
-  std::string name;  // "NVIDIA H200"
+  std::string name;          // "NVIDIA H200"
   int major = 0, minor = 0;  // compute capability
   int multiprocessors = 0;
-  size_t total_memory = 0;          // bytes
+  size_t total_memory = 0;  // bytes
   size_t l2_cache_bytes = 0;
   size_t shared_memory_per_block = 0;        // default limit
   size_t shared_memory_per_block_optin = 0;  // with cudaFuncSetAttribute
@@ -32,8 +32,8 @@ struct DeviceProperties {
   int max_threads_per_block = 0;
   int max_threads_per_multiprocessor = 0;
   int warp_size = 32;
-  int memory_clock_khz = 0;   // 0 when the driver does not report it
-  int memory_bus_width = 0;   // bits
+  int memory_clock_khz = 0;          // 0 when the driver does not report it
+  int memory_bus_width = 0;          // bits
   double memory_bandwidth_gbps = 0;  // peak: 2 * clock * bus width / 8 (GB/s)
   int clock_khz = 0;
   std::string pci_bus_id;  // "0000:1b:00.0"
@@ -48,7 +48,7 @@ struct MemoryStats {
   size_t peak_allocated = 0;
   size_t reserved = 0;
   size_t peak_reserved = 0;
-  size_t free = 0;   // device-wide, from cudaMemGetInfo
+  size_t free = 0;  // device-wide, from cudaMemGetInfo
   size_t total = 0;
   uint64_t num_allocs = 0;
   uint64_t num_ooms = 0;
@@ -61,7 +61,9 @@ using StreamHandle = void*;
 
 inline constexpr bool kBuiltWithCuda = true;
 int device_count();  // 0 without a driver or GPU; never throws
-inline bool is_available() { return device_count() > 0; }
+inline bool is_available() {
+  return device_count() > 0;
+}
 int current_device();
 void set_device(int device);
 // device = -1 means the current device.
@@ -103,11 +105,11 @@ class Event {
   ~Event();
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
-  void record(StreamHandle stream = nullptr);  // nullptr = the current stream
+  void record(StreamHandle stream = nullptr);      // nullptr = the current stream
   void wait(StreamHandle stream = nullptr) const;  // the stream waits for this event
-  void synchronize() const;  // the host waits
-  bool query() const;        // true when completed
-  float elapsed_ms(const Event& end) const;  // between this (start) and end
+  void synchronize() const;                        // the host waits
+  bool query() const;                              // true when completed
+  float elapsed_ms(const Event& end) const;        // between this (start) and end
 
  private:
   int device_;
@@ -120,7 +122,10 @@ void free_pinned(void* ptr);
 bool is_pinned(const void* ptr);
 // Copies contiguous host bytes into a contiguous CUDA tensor on `stream` (nullptr = current) and
 // returns at once: the host buffer must stay untouched until an event recorded after it has
-// completed. Use with pinned buffers (pageable memory is staged by the driver).
+// completed. Use with pinned buffers (pageable memory is staged by the driver). Memory is
+// allocated in the order of the device's current stream: before another stream (copy_stream())
+// writes a fresh tensor, make it wait for an Event recorded on the current stream, and make the
+// current stream wait for the copy before using or freeing the tensor.
 void copy_from_host_async(const void* host, const Tensor& dst, StreamHandle stream = nullptr);
 
 #else  // CPU-only build: no devices.
@@ -133,25 +138,45 @@ namespace detail {
                     "-DGRADUS_USE_CUDA=ON on a machine with the CUDA toolkit)");
 }
 }  // namespace detail
-inline int device_count() { return 0; }
-inline bool is_available() { return false; }
-inline int current_device() { return 0; }
-inline void set_device(int) { detail::no_cuda("cuda::set_device"); }
+inline int device_count() {
+  return 0;
+}
+inline bool is_available() {
+  return false;
+}
+inline int current_device() {
+  return 0;
+}
+inline void set_device(int) {
+  detail::no_cuda("cuda::set_device");
+}
 inline DeviceProperties device_properties(int = -1) {
   detail::no_cuda("cuda::device_properties");
 }
 inline void synchronize(int = -1) {}
-inline MemoryStats memory_stats(int = -1) { return {}; }
+inline MemoryStats memory_stats(int = -1) {
+  return {};
+}
 inline void reset_peak_memory_stats(int = -1) {}
 inline void empty_cache(int = -1) {}
 inline void set_allow_tf32(bool) {}
-inline bool allow_tf32() { return false; }
-inline StreamHandle current_stream(int = -1) { return nullptr; }
-inline StreamHandle copy_stream(int = -1) { return nullptr; }
+inline bool allow_tf32() {
+  return false;
+}
+inline StreamHandle current_stream(int = -1) {
+  return nullptr;
+}
+inline StreamHandle copy_stream(int = -1) {
+  return nullptr;
+}
 inline void set_current_stream(StreamHandle, int = -1) {}
-inline void* alloc_pinned(size_t) { detail::no_cuda("cuda::alloc_pinned"); }
+inline void* alloc_pinned(size_t) {
+  detail::no_cuda("cuda::alloc_pinned");
+}
 inline void free_pinned(void*) {}
-inline bool is_pinned(const void*) { return false; }
+inline bool is_pinned(const void*) {
+  return false;
+}
 inline void copy_from_host_async(const void*, const Tensor&, StreamHandle = nullptr) {
   detail::no_cuda("cuda::copy_from_host_async");
 }

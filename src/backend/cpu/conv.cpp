@@ -146,6 +146,45 @@ void micro_kernel(const T* base, const int64_t* rowoff, int nrows, const int64_t
   }
 }
 
+// Unit tiles need 28 accumulators + 3 registers: AVX-512's 32 registers only.
+constexpr bool kUnitTiles = kMaxAcc >= 24;
+
+// micro_kernel for R consecutive output positions of one row at unit stride: row i reads
+// base + i + loopoff[j], so one pointer serves all rows (no spills at R = 14).
+template <typename T, int R, int V>
+void micro_kernel_unit(const T* p0, const int64_t* loopoff, int64_t len, const T* B, int64_t ldb,
+                       T* C, int64_t ldc, const T* init, bool accumulate) {
+  using VT = Vec<T>;
+  constexpr int W = VT::W;
+  typename VT::R acc[R][V];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      acc[i][v] =
+          accumulate ? VT::load(C + i * ldc + v * W) : (init ? VT::load(init + v * W) : VT::zero());
+    }
+  }
+  for (int64_t j = 0; j < len; ++j) {
+    const T* p = p0 + loopoff[j];
+    const T* b = B + j * ldb;
+    typename VT::R bv[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) bv[v] = VT::load(b + v * W);
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) {
+      const typename VT::R a = VT::set1(p[i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[i][v] = VT::fma(a, bv[v], acc[i][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) VT::store(C + i * ldc + v * W, acc[i][v]);
+  }
+}
+
 // Runs the micro-kernel over rows [r0, r1) for output-channel vectors [0, nvec) of B/C, in
 // blocks of up to kMaxVecs vectors. rowoff is indexed by row; C row r lives at C + (r - r0) * ldc.
 template <typename T, int V>
@@ -157,6 +196,37 @@ void run_block(const T* base, const int64_t* rowoff, int64_t r0, int64_t r1, con
     const int n = static_cast<int>(std::min<int64_t>(R, r1 - r));
     micro_kernel<T, R, V>(base, rowoff + r, n, loopoff, len, B, ldb, C + (r - r0) * ldc, ldc, init,
                           accumulate);
+  }
+}
+
+template <typename T, int R, int V>
+void run_unit(const T* base, const int64_t* rowoff, int64_t r0, int64_t r1, const int64_t* loopoff,
+              int64_t len, const T* B, int64_t ldb, T* C, int64_t ldc, const T* init,
+              bool accumulate) {
+  for (int64_t r = r0; r < r1; r += R)
+    micro_kernel_unit<T, R, V>(base + rowoff[r], loopoff, len, B, ldb, C + (r - r0) * ldc, ldc,
+                               init, accumulate);
+}
+
+// Rows [r0, r1) are whole output rows of `unit_row` (a multiple of 7) positions at unit stride.
+template <typename T>
+void run_tiles_unit(const T* base, const int64_t* rowoff, int64_t r0, int64_t r1,
+                    const int64_t* loopoff, int64_t len, const T* B, int64_t ldb, int64_t nvec,
+                    T* C, int64_t ldc, const T* init, bool accumulate, int64_t unit_row) {
+  constexpr int W = Vec<T>::W;
+  for (int64_t v0 = 0; v0 < nvec; v0 += 2) {
+    const T* Bv = B + v0 * W;
+    T* Cv = C + v0 * W;
+    const T* iv = init ? init + v0 * W : nullptr;
+    const bool two = nvec - v0 >= 2, r14 = unit_row % 14 == 0;
+    if (two && r14)
+      run_unit<T, 14, 2>(base, rowoff, r0, r1, loopoff, len, Bv, ldb, Cv, ldc, iv, accumulate);
+    else if (two)
+      run_unit<T, 7, 2>(base, rowoff, r0, r1, loopoff, len, Bv, ldb, Cv, ldc, iv, accumulate);
+    else if (r14)
+      run_unit<T, 14, 1>(base, rowoff, r0, r1, loopoff, len, Bv, ldb, Cv, ldc, iv, accumulate);
+    else
+      run_unit<T, 7, 1>(base, rowoff, r0, r1, loopoff, len, Bv, ldb, Cv, ldc, iv, accumulate);
   }
 }
 
@@ -188,10 +258,63 @@ void run_tiles(const T* base, const int64_t* rowoff, int64_t r0, int64_t r1, con
   }
 }
 
-// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (8x8 blocks; AVX for float).
+#if defined(__AVX512F__)
+// GCC 12's AVX-512 shuffle intrinsics trip -Wmaybe-uninitialized on their own internal
+// _mm512_undefined_ps() (GCC bug 105593, fixed in GCC 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+// One 16x16 float block: dst[c * ldd + r] = src[r * lds + c], r, c < 16.
+inline void transpose16x16(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  const auto lo = [](__m512 a, __m512 b) {
+    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+  };
+  const auto hi = [](__m512 a, __m512 b) {
+    return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+  };
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = lo(t[i], t[i + 2]);
+    r[i + 1] = hi(t[i], t[i + 2]);
+    r[i + 2] = lo(t[i + 1], t[i + 3]);
+    r[i + 3] = hi(t[i + 1], t[i + 3]);
+  }
+  for (int h = 0; h < 16; h += 8) {
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xdd);
+    }
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + i * ldd, r[i]);
+}
+#pragma GCC diagnostic pop
+#endif
+
+// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (16x16 / 8x8 vector blocks for
+// float, scalar 8-row strips otherwise).
 template <typename T>
 void transpose(const T* src, int64_t rows, int64_t cols, int64_t lds, T* dst, int64_t ldd) {
   int64_t r = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; r + 16 <= rows; r += 16) {
+      int64_t c = 0;
+      for (; c + 16 <= cols; c += 16)
+        transpose16x16(src + r * lds + c, lds, dst + c * ldd + r, ldd);
+      for (; c < cols; ++c)
+        for (int i = 0; i < 16; ++i) dst[c * ldd + r + i] = src[(r + i) * lds + c];
+    }
+  }
+#endif
   for (; r + 8 <= rows; r += 8) {
     int64_t c = 0;
 #if defined(__AVX2__)
@@ -250,7 +373,7 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-constexpr int64_t kChunkBytes = 24 * 1024;
+constexpr int64_t kChunkBytes = 28 * 1024;
 
 // ---------------------------------------------------------------------------------- geometry
 struct Geom {
@@ -369,9 +492,11 @@ void prefetch_slice(const T* p, int64_t n, int64_t part, int64_t parts) {
 
 // Reduction chunk: whole kernel windows (multiples of taps) whose B rows (row_bytes each) fit in
 // about half of L1, so they are reused from L1 by every tile.
+// Chunks are balanced (288 taps in 3 x 96, not 90 + 90 + 90 + 18).
 int64_t kchunk_for(int64_t K, int64_t taps, int64_t row_bytes) {
-  const int64_t rows = std::max<int64_t>(1, kChunkBytes / row_bytes);
-  return std::min(K, std::max<int64_t>(1, rows / taps) * taps);
+  const int64_t rows = std::max<int64_t>(taps, kChunkBytes / row_bytes / taps * taps);
+  const int64_t chunks = ceil_div(K, rows);
+  return std::min(K, ceil_div(ceil_div(K, chunks), taps) * taps);
 }
 
 // ------------------------------------------------------------------------------------ forward
@@ -382,7 +507,9 @@ void conv_forward(const T* x, const T* w, const T* bias, T* out, const Geom& g) 
   const int64_t nvec = ceil_div(Og, W), Opad = nvec * W;
   // Packed weights per group: [K][Opad] (output channels contiguous, zero padded); bias [Opad].
   static thread_local std::vector<T> wpk_buf, bpk_buf;
-  T* wpk = zeroed_scratch(wpk_buf, static_cast<size_t>(g.G * K * Opad));
+  // (Padded channels must be zero; without any, every element is written below.)
+  T* wpk = Og < Opad ? zeroed_scratch(wpk_buf, static_cast<size_t>(g.G * K * Opad))
+                     : scratch(wpk_buf, static_cast<size_t>(g.G * K * Opad));
   T* bpk = zeroed_scratch(bpk_buf, static_cast<size_t>(g.G * Opad));
   for (int64_t gi = 0; gi < g.G; ++gi)
     for (int64_t o = 0; o < Og; ++o) {
@@ -412,21 +539,30 @@ void conv_forward(const T* x, const T* w, const T* bias, T* out, const Geom& g) 
         // Position chunks: each is finished (all reduction chunks, then transposed into NCHW)
         // before the next, and the next chunk's output lines are requested for writing up
         // front, so their fetches overlap the arithmetic instead of stalling the stores.
-        const int64_t nchunks = ceil_div(q1 - q0, kPositionChunk);
-        for (int64_t qa = q0; qa < q1; qa += kPositionChunk) {
-          const int64_t qb = std::min(q1, qa + kPositionChunk);
+        const bool unit =
+            kUnitTiles && g.sw == 1 && g.OW % 7 == 0 && q0 % g.OW == 0 && q1 % g.OW == 0;
+        const int64_t pchunk =
+            unit ? std::max<int64_t>(1, kPositionChunk / g.OW) * g.OW : kPositionChunk;
+        for (int64_t qa = q0; qa < q1; qa += pchunk) {
+          const int64_t qb = std::min(q1, qa + pchunk);
           if (split.parts == 1 && n + 1 < g.N && gi + 1 == g.G) {
             const int64_t chw = g.C * g.H * g.W;
-            prefetch_slice(x + (n + 1) * chw, chw, (qa - q0) / kPositionChunk, nchunks);
+            prefetch_slice(x + (n + 1) * chw, chw, (qa - q0) / pchunk, ceil_div(q1 - q0, pchunk));
           }
           if (qa == q0) prefetch_for_write(og, Og, P, qa, qb);
-          prefetch_for_write(og, Og, P, qb, std::min(q1, qb + kPositionChunk));
+          prefetch_for_write(og, Og, P, qb, std::min(q1, qb + pchunk));
           // Reduction in chunks whose packed weights stay in L1 across the position tiles.
           for (int64_t k0 = 0; k0 < K; k0 += kchunk) {
-            run_tiles<T>(img + gi * Cg * g.plane(), qoff.data(), qa, qb, koff.data() + k0,
-                         std::min(kchunk, K - k0), wpk + (gi * K + k0) * Opad, Opad, nvec,
-                         tmp + (qa - q0) * Opad, Opad, bias && k0 == 0 ? bpk + gi * Opad : nullptr,
-                         k0 > 0);
+            if (unit)
+              run_tiles_unit<T>(img + gi * Cg * g.plane(), qoff.data(), qa, qb, koff.data() + k0,
+                                std::min(kchunk, K - k0), wpk + (gi * K + k0) * Opad, Opad, nvec,
+                                tmp + (qa - q0) * Opad, Opad,
+                                bias && k0 == 0 ? bpk + gi * Opad : nullptr, k0 > 0, g.OW);
+            else
+              run_tiles<T>(img + gi * Cg * g.plane(), qoff.data(), qa, qb, koff.data() + k0,
+                           std::min(kchunk, K - k0), wpk + (gi * K + k0) * Opad, Opad, nvec,
+                           tmp + (qa - q0) * Opad, Opad,
+                           bias && k0 == 0 ? bpk + gi * Opad : nullptr, k0 > 0);
           }
           transpose(tmp + (qa - q0) * Opad, qb - qa, Og, Opad, og + qa, P);
         }
@@ -485,8 +621,10 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, T* gb, const Geom& g) 
           for (int64_t o = 0; o < Og; ++o) bpart[gi * Opad + o] += static_cast<double>(bsum[o]);
         }
         // In pieces, prefetching the next image's grad_out and x in between.
+        // (Pieces are whole tiles: a split tile would run the loop over positions twice.)
         const int64_t pieces = split.parts == 1 && n + 1 < g.N ? 8 : 1;
-        const int64_t step = ceil_div(k1 - k0, pieces);
+        const int64_t rows = rows_for(static_cast<int>(std::min<int64_t>(kMaxVecs, nvec)));
+        const int64_t step = ceil_div(ceil_div(k1 - k0, pieces), rows) * rows;
         for (int64_t i = 0; i < pieces; ++i) {
           const int64_t ka = k0 + i * step, kb = std::min(k1, ka + step);
           if (pieces > 1 && gi + 1 == g.G) {
@@ -516,6 +654,126 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, T* gb, const Geom& g) 
         double b = 0;
         for (int t = 0; t < team; ++t) b += bias_part[t * bias_size + gi * Opad + o];
         gb[go] = static_cast<T>(b);
+      }
+    }
+  }
+}
+
+// Backward weight for small reductions (a first layer: K = C * KH * KW of a few dozen) over long
+// planes: transposing grad_out would cost more than the arithmetic, so instead each image's
+// columns X [K (+1 row of ones for the bias)][P] are built (cheap when K is small) and
+// grad_w[o][k] = sum_q grad_out[o][q] * X[k][q] is taken as dot products vectorised along q, kept
+// as per-lane partial sums across images and reduced once at the end.
+template <typename T>
+bool backward_weight_by_dots(const Geom& g, int threads) {
+  return g.K() <= 32 && g.P() >= 8 * Vec<T>::W && g.N >= threads;
+}
+
+constexpr int kDotRows = 4, kDotCols = 5;  // 20 accumulators + 4 grad_out vectors
+
+// part[i][j][lane] += sum over vectors v of A[i][v] * B[j][v] (lanes kept apart). Rows past
+// na / nb repeat the last valid one and are not stored.
+template <typename T>
+void dot_tile(const T* A, int64_t lda, int na, const T* B, int64_t ldb, int nb, int64_t nvec,
+              T* part, int64_t ld_part) {
+  using VT = Vec<T>;
+  constexpr int W = VT::W;
+  typename VT::R acc[kDotRows][kDotCols];
+  const T* a[kDotRows];
+  const T* b[kDotCols];
+  for (int i = 0; i < kDotRows; ++i) a[i] = A + std::min(i, na - 1) * lda;
+  for (int j = 0; j < kDotCols; ++j) b[j] = B + std::min(j, nb - 1) * ldb;
+#pragma GCC unroll 8
+  for (int i = 0; i < kDotRows; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < kDotCols; ++j) acc[i][j] = VT::zero();
+  for (int64_t v = 0; v < nvec; ++v) {
+    typename VT::R av[kDotRows];
+#pragma GCC unroll 8
+    for (int i = 0; i < kDotRows; ++i) av[i] = VT::load(a[i] + v * W);
+#pragma GCC unroll 8
+    for (int j = 0; j < kDotCols; ++j) {
+      const typename VT::R bv = VT::load(b[j] + v * W);
+#pragma GCC unroll 8
+      for (int i = 0; i < kDotRows; ++i) acc[i][j] = VT::fma(av[i], bv, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < na; ++i)
+    for (int j = 0; j < nb; ++j) {
+      T* p = part + (i * ld_part + j) * W;
+      VT::store(p, VT::fma(acc[i][j], VT::set1(T(1)), VT::load(p)));
+    }
+}
+
+template <typename T>
+void conv_backward_weight_dots(const T* gy, const T* x, T* gw, T* gb, const Geom& g) {
+  constexpr int64_t W = Vec<T>::W;
+  const int64_t Cg = g.Cg(), Og = g.Og(), K = g.K(), P = g.P();
+  const int64_t Kb = K + (gb ? 1 : 0);  // a row of ones yields the bias gradient
+  const int64_t nvec = P / W;           // full vectors; the rest is added lane by lane
+  const std::vector<int64_t> koff = kernel_offsets(g), qoff = position_offsets(g);
+  const int threads = omp_get_max_threads();
+  const int64_t part_size = g.O * Kb * W;  // [O][Kb][W] lane partials per thread
+  static thread_local std::vector<T> partial_buf;
+  T* partial = scratch(partial_buf, static_cast<size_t>(threads * part_size));
+
+#pragma omp parallel num_threads(threads)
+  {
+    static thread_local std::vector<T> pad_buf, col_buf;
+    T* part = partial + omp_get_thread_num() * part_size;
+    std::fill(part, part + part_size, T(0));
+    T* col = scratch(col_buf, static_cast<size_t>(Kb * P));
+    if (gb) std::fill(col + K * P, col + Kb * P, T(1));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.N; ++n) {
+      const T* img = padded_image(x + n * g.C * g.H * g.W, g, pad_buf);
+      for (int64_t gi = 0; gi < g.G; ++gi) {
+        const T* ig = img + gi * Cg * g.plane();
+        for (int64_t k = 0; k < K; ++k) {  // columns (im2col) of this group, row by row
+          for (int64_t oh = 0; oh < g.OH; ++oh) {
+            const T* src = ig + koff[k] + qoff[oh * g.OW];
+            T* dst = col + k * P + oh * g.OW;
+            if (g.sw == 1) {
+              copy_short_row(dst, src, g.OW);
+            } else {
+              for (int64_t ow = 0; ow < g.OW; ++ow) dst[ow] = src[ow * g.sw];
+            }
+          }
+        }
+        const T* gyg = gy + (n * g.O + gi * Og) * P;
+        T* pg = part + gi * Og * Kb * W;
+        const int64_t tiles = ceil_div(Og, kDotRows);
+        for (int64_t o0 = 0; o0 < Og; o0 += kDotRows) {
+          const int na = static_cast<int>(std::min<int64_t>(kDotRows, Og - o0));
+          if (n + 1 < g.N) {  // pull the next image's grad_out and input in meanwhile
+            prefetch_slice(gy + (n + 1) * g.O * P + gi * Og * P, Og * P, o0 / kDotRows, tiles);
+            if (gi == 0) {
+              prefetch_slice(x + (n + 1) * g.C * g.H * g.W, g.C * g.H * g.W, o0 / kDotRows, tiles);
+            }
+          }
+          for (int64_t k0 = 0; k0 < Kb; k0 += kDotCols) {
+            const int nb = static_cast<int>(std::min<int64_t>(kDotCols, Kb - k0));
+            dot_tile(gyg + o0 * P, P, na, col + k0 * P, P, nb, nvec, pg + (o0 * Kb + k0) * W, Kb);
+            for (int64_t q = nvec * W; q < P; ++q)  // the last partial vector, lane 0
+              for (int i = 0; i < na; ++i)
+                for (int j = 0; j < nb; ++j)
+                  pg[((o0 + i) * Kb + k0 + j) * W] += gyg[(o0 + i) * P + q] * col[(k0 + j) * P + q];
+          }
+        }
+      }
+    }
+    const int team = omp_get_num_threads();
+#pragma omp for schedule(static)
+    for (int64_t o = 0; o < g.O; ++o) {
+      for (int64_t k = 0; k < Kb; ++k) {
+        double s = 0;
+        for (int t = 0; t < team; ++t)
+          for (int64_t l = 0; l < W; ++l)
+            s += static_cast<double>(partial[t * part_size + (o * Kb + k) * W + l]);
+        if (k < K)
+          gw[o * K + k] = static_cast<T>(s);
+        else
+          gb[o] = static_cast<T>(s);
       }
     }
   }
@@ -714,7 +972,11 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x,
       }
       return;
     }
-    conv_backward_weight(gf.data_ptr<T>(), xf.data_ptr<T>(), gw, gb, g);
+    if (backward_weight_by_dots<T>(g, omp_get_max_threads())) {
+      conv_backward_weight_dots(gf.data_ptr<T>(), xf.data_ptr<T>(), gw, gb, g);
+    } else {
+      conv_backward_weight(gf.data_ptr<T>(), xf.data_ptr<T>(), gw, gb, g);
+    }
   });
   f.finish();
 }

@@ -33,6 +33,52 @@ void copy_words(const Tensor& src, const Tensor& dst) {
   });
 }
 
+// Same dtype where the destination is contiguous along its last axis and the source along the
+// second-to-last (a transpose, e.g. contiguous() of x.t()): copied in square tiles so reads and
+// writes both stay in cache. Returns false for other layouts.
+template <typename W>
+bool copy_transposed(const Tensor& src, const Tensor& dst) {
+  constexpr int64_t kTile = 32;
+  constexpr int64_t es = sizeof(W);
+  const StridedLayout<2> layout = make_layout<2>(dst.sizes(), {&dst, &src});
+  const int64_t nd = static_cast<int64_t>(layout.sizes.size());
+  if (nd < 2) return false;
+  const auto& inner = layout.strides[nd - 1];
+  const auto& outer = layout.strides[nd - 2];
+  if (inner[0] != es || outer[1] != es || inner[1] == es) return false;
+  const int64_t rows = layout.sizes[nd - 2], cols = layout.sizes[nd - 1];
+  if (rows < kTile || cols < kTile) return false;
+  const int64_t batch = layout.numel / (rows * cols);
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+  char* dbase = static_cast<char*>(dst.raw_data());
+  const char* sbase = static_cast<const char*>(src.raw_data());
+  const int64_t dstride = outer[0], sstride = inner[1];
+  parallel_for(batch * row_tiles, std::max<int64_t>(1, kGrain / (kTile * cols)),
+               [&](int64_t t0, int64_t t1) {
+                 for (int64_t t = t0; t < t1; ++t) {
+                   int64_t b = t / row_tiles, doff = 0, soff = 0;
+                   for (int64_t d = nd - 3; d >= 0; --d) {  // batch offsets
+                     const int64_t i = b % layout.sizes[d];
+                     b /= layout.sizes[d];
+                     doff += i * layout.strides[d][0];
+                     soff += i * layout.strides[d][1];
+                   }
+                   const int64_t r0 = (t % row_tiles) * kTile, r1 = std::min(rows, r0 + kTile);
+                   for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+                     const int64_t c1 = std::min(cols, c0 + kTile);
+                     for (int64_t r = r0; r < r1; ++r) {
+                       W* d = reinterpret_cast<W*>(dbase + doff + r * dstride);
+                       const char* sp = sbase + soff + r * es;
+                       for (int64_t c = c0; c < c1; ++c) {
+                         d[c] = *reinterpret_cast<const W*>(sp + c * sstride);
+                       }
+                     }
+                   }
+                 }
+               });
+  return true;
+}
+
 // Different dtypes: one instantiation per (source, destination) pair.
 template <typename S, typename D>
 void copy_cast(const Tensor& src, const Tensor& dst) {
@@ -64,13 +110,17 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
     }
     switch (esize) {
       case 1:
-        return copy_words<uint8_t>(src, dst);
+        if (!copy_transposed<uint8_t>(src, dst)) copy_words<uint8_t>(src, dst);
+        return;
       case 2:
-        return copy_words<uint16_t>(src, dst);
+        if (!copy_transposed<uint16_t>(src, dst)) copy_words<uint16_t>(src, dst);
+        return;
       case 4:
-        return copy_words<uint32_t>(src, dst);
+        if (!copy_transposed<uint32_t>(src, dst)) copy_words<uint32_t>(src, dst);
+        return;
       default:
-        return copy_words<uint64_t>(src, dst);
+        if (!copy_transposed<uint64_t>(src, dst)) copy_words<uint64_t>(src, dst);
+        return;
     }
   }
   dispatch_dtype(src.dtype(), [&](auto s) {

@@ -2,8 +2,9 @@
 //
 // Element i of the flattened (row-major) output uses block g = i / 4, i.e.
 // philox4x32(counter = offset + g, key = seed), and word i % 4 of it. Results therefore do not
-// depend on the thread count or on how the work is split, and the CUDA twin can reproduce them
-// exactly. The exact per-element formulas (the CUDA kernels must use the same ones):
+// depend on the thread count or on how the work is split, and the CUDA twin can reproduce them.
+// The per-element formulas (the CUDA kernels must use the same ones, with FMA contraction only
+// where written):
 //  - uniform, float out:  u = uint_to_unit_float(w); v = fmaf(u, (float)(hi - lo), (float)lo);
 //                         if (v >= (float)hi && (float)hi > (float)lo) v = nextafterf(hi, lo)
 //                         (f16/bf16 round this float once).
@@ -12,60 +13,125 @@
 //                         words per element: element i uses block i / 2, words 2 (i % 2) (low)
 //                         and 2 (i % 2) + 1 (high), v = lo + ((high << 32) | low) % r; such a
 //                         draw consumes ceil(n / 2) blocks instead of ceil(n / 4).
-//  - normal:  per block, u1 = 1 - unit(w0) in (0, 1], u2 = unit(w1), rad = sqrtf(-2 log(u1)),
-//             n0 = rad cos(2 pi u2), n1 = rad sin(2 pi u2); words (w2, w3) give n2, n3 the same
-//             way, all float through rmath::box_muller (gradus/core/random_math.h: library
-//             logf / sinf / cosf differ between glibc and CUDA in the last bit).
-//             out = fmaf(n, std, mean) (f64 out: fma((double)n, std, mean)).
+//  - normal: per block, u1 = 1 - unit(w0) in (0, 1], u2 = unit(w1), rad = sqrt(-2 vec::log(u1)),
+//            (n1, n0) = rad * vec::sincos_turns(u2) (sin, cos of 2 pi u2); words (w2, w3) give
+//            n2, n3 the same way. All float, with vec_math.h's log / sincos (plain float
+//            arithmetic, so the CUDA kernel can run the very same code). out = fmaf(n, std, mean)
+//            (f64 out: fma((double)n, std, mean)).
 //  - bernoulli: out = (double)unit(w) < (double)p.
-//  - dropout: keep = unit(w) >= (float)p; mask = keep; out = keep ? x * (float)(1 / (1 - p)) : 0.
+//  - dropout: keep = unit(w) >= (float)p; mask = keep; out = keep ? x * (float)(1 / (1 - p)) : 0
+//            (f64 x: the scale in double).
 #include <cmath>
-#include <numbers>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/loops.h"
-#include "gradus/core/random_math.h"
+#include "backend/cpu/vec_math.h"
 
 namespace gradus::backend::cpu {
 namespace {
 
-// Word i of the stream, caching the current block (callers walk indices in increasing order).
-class WordStream {
- public:
-  explicit WordStream(PhiloxState s) : state_(s) {}
-  uint32_t operator()(int64_t i) {
-    const uint64_t g = static_cast<uint64_t>(i) >> 2;
-    if (g != block_) {
-      words_ = philox4x32(state_.offset + g, state_.seed);
-      block_ = g;
-    }
-    return words_[static_cast<size_t>(i & 3)];
-  }
-  // 64-bit value i of the two-words-per-element layout.
-  uint64_t wide(int64_t i) {
-    const auto w = philox4x32(state_.offset + (static_cast<uint64_t>(i) >> 1), state_.seed);
-    const size_t j = static_cast<size_t>(i & 1) * 2;
-    return (static_cast<uint64_t>(w[j + 1]) << 32) | w[j];
-  }
+// Values generated per step inside a run (a stack buffer, L1-resident).
+constexpr int64_t kRandChunk = 1024;
 
- private:
-  PhiloxState state_;
-  uint64_t block_ = ~uint64_t{0};
-  std::array<uint32_t, 4> words_{};
-};
-
-// The four normals of one block: Box-Muller on word pairs in float, with the bit-reproducible
-// log / sin / cos of gradus/core/random_math.h (the CUDA backend calls the same function).
-inline std::array<float, 4> normals_of(const std::array<uint32_t, 4>& w) {
-  return rmath::box_muller(w);
+inline uint32_t word_at(PhiloxState st, int64_t i) {
+  return philox4x32(st.offset + static_cast<uint64_t>(i) / 4, st.seed)[static_cast<size_t>(i & 3)];
 }
 
-// Fills `out` (any layout) with f(flat_index) of type T, in parallel.
-template <typename T, typename F>
-void generate(const Tensor& out, const F& f) {
-  for_each_run<1>({&out}, [&](char* const* p, const int64_t* s, int64_t n, int64_t first) {
-    auto g = f;  // each run gets its own stream cache
-    for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = g(first + i);
+// Splits stream elements [first, first + n) into a scalar head up to a block boundary, whole
+// Philox blocks, and a scalar tail: block(k, g0, count) handles `count` blocks starting at block
+// g0, whose words go to buffer positions k, k + 1, ...; one(k, i) handles the single element i.
+template <typename Block, typename One>
+void for_blocks(int64_t first, int64_t n, const Block& block, const One& one) {
+  int64_t k = 0;
+  while (k < n && ((first + k) & 3) != 0) {
+    one(k, first + k);
+    ++k;
+  }
+  const int64_t blocks = (n - k) / 4;
+  const int64_t g0 = (first + k) / 4;
+  block(k, g0, blocks);
+  for (k += blocks * 4; k < n; ++k) one(k, first + k);
+}
+
+// u[k] = uint_to_unit_float(word(first + k)).
+void unit_floats(PhiloxState st, int64_t first, int64_t n, float* u) {
+  for_blocks(
+      first, n,
+      [&](int64_t k, int64_t g0, int64_t blocks) {
+        float* out = u + k;
+#pragma omp simd
+        for (int64_t g = 0; g < blocks; ++g) {
+          const auto w = philox4x32(st.offset + static_cast<uint64_t>(g0 + g), st.seed);
+          out[4 * g] = uint_to_unit_float(w[0]);
+          out[4 * g + 1] = uint_to_unit_float(w[1]);
+          out[4 * g + 2] = uint_to_unit_float(w[2]);
+          out[4 * g + 3] = uint_to_unit_float(w[3]);
+        }
+      },
+      [&](int64_t k, int64_t i) { u[k] = uint_to_unit_float(word_at(st, i)); });
+}
+
+// w[k] = word(first + k).
+void raw_words(PhiloxState st, int64_t first, int64_t n, uint32_t* w) {
+  for_blocks(
+      first, n,
+      [&](int64_t k, int64_t g0, int64_t blocks) {
+        uint32_t* out = w + k;
+#pragma omp simd
+        for (int64_t g = 0; g < blocks; ++g) {
+          const auto b = philox4x32(st.offset + static_cast<uint64_t>(g0 + g), st.seed);
+          out[4 * g] = b[0];
+          out[4 * g + 1] = b[1];
+          out[4 * g + 2] = b[2];
+          out[4 * g + 3] = b[3];
+        }
+      },
+      [&](int64_t k, int64_t i) { w[k] = word_at(st, i); });
+}
+
+// The two Box-Muller normals of one word pair.
+inline void box_muller(uint32_t w0, uint32_t w1, float& n0, float& n1) {
+  const float u1 = 1.0f - uint_to_unit_float(w0);
+  const float u2 = uint_to_unit_float(w1);
+  const float rad = std::sqrt(-2.0f * vec::log(u1));
+  float s, c;
+  vec::sincos_turns(u2, s, c);
+  n0 = rad * c;
+  n1 = rad * s;
+}
+
+// z[k] = the standard normal of stream element first + k.
+void normal_floats(PhiloxState st, int64_t first, int64_t n, float* z) {
+  for_blocks(
+      first, n,
+      [&](int64_t k, int64_t g0, int64_t blocks) {
+        float* out = z + k;
+#pragma omp simd
+        for (int64_t g = 0; g < blocks; ++g) {
+          const auto w = philox4x32(st.offset + static_cast<uint64_t>(g0 + g), st.seed);
+          box_muller(w[0], w[1], out[4 * g], out[4 * g + 1]);
+          box_muller(w[2], w[3], out[4 * g + 2], out[4 * g + 3]);
+        }
+      },
+      [&](int64_t k, int64_t i) {
+        const auto w = philox4x32(st.offset + static_cast<uint64_t>(i) / 4, st.seed);
+        const size_t pair = static_cast<size_t>(i & 2);
+        float n0, n1;
+        box_muller(w[pair], w[pair + 1], n0, n1);
+        z[k] = (i & 1) ? n1 : n0;
+      });
+}
+
+// Runs fn(buffer-sized pieces) over every element of the operands (out first), with the flat
+// index of each piece: fn(char* const* ptrs, const int64_t* strides, int64_t n, int64_t first).
+template <int N, typename F>
+void for_each_piece(const std::array<const Tensor*, N>& ts, const F& fn) {
+  for_each_run<N>(ts, [&](char* const* p, const int64_t* s, int64_t n, int64_t first) {
+    for (int64_t off = 0; off < n; off += kRandChunk) {
+      std::array<char*, N> q;
+      for (int k = 0; k < N; ++k) q[k] = p[k] + off * s[k];
+      fn(q.data(), s, std::min(kRandChunk, n - off), first + off);
+    }
   });
 }
 
@@ -75,90 +141,86 @@ void CpuBackend::uniform(const Tensor& out, PhiloxState state, double lo, double
   if (out.numel() == 0) return;
   const DType dt = out.dtype();
   if (dt == DType::f64) {
-    return generate<double>(out, [ws = WordStream(state), lo, hi](int64_t i) mutable {
-      const double u = static_cast<double>(ws(i)) * 0x1p-32;
-      const double v = std::fma(u, hi - lo, lo);
-      return v >= hi && hi > lo ? std::nextafter(hi, lo) : v;
+    for_each_piece<1>({&out}, [&](char* const* p, const int64_t* s, int64_t n, int64_t first) {
+      uint32_t w[kRandChunk];
+      double v[kRandChunk];
+      raw_words(state, first, n, w);
+      for (int64_t i = 0; i < n; ++i) {
+        const double x = std::fma(static_cast<double>(w[i]) * 0x1p-32, hi - lo, lo);
+        v[i] = x >= hi && hi > lo ? std::nextafter(hi, lo) : x;
+      }
+      store_run<double>(v, p[0], s[0], dt, n);
     });
+    return;
   }
   if (is_floating(dt)) {
     const float lo_f = static_cast<float>(lo), hi_f = static_cast<float>(hi);
     const float range = static_cast<float>(hi - lo);
-    auto f = [ws = WordStream(state), lo_f, hi_f, range](int64_t i) mutable {
-      const float v = std::fma(uint_to_unit_float(ws(i)), range, lo_f);
-      return v >= hi_f && hi_f > lo_f ? std::nextafter(hi_f, lo_f) : v;
-    };
-    return dispatch_floating(dt, [&](auto tag) {
-      using T = decltype(tag);
-      generate<T>(out, [f](int64_t i) mutable { return convert<T>(f(i)); });
+    const float below_hi = std::nextafter(hi_f, lo_f);
+    for_each_piece<1>({&out}, [&](char* const* p, const int64_t* s, int64_t n, int64_t first) {
+      alignas(64) float u[kRandChunk];
+      unit_floats(state, first, n, u);
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = vec::fmadd(u[i], range, lo_f);
+        u[i] = v >= hi_f && hi_f > lo_f ? below_hi : v;
+      }
+      store_run<float>(u, p[0], s[0], dt, n);
     });
+    return;
   }
   // Integers in [lo, hi).
   const int64_t lo_i = static_cast<int64_t>(lo);
   const uint64_t range = static_cast<uint64_t>(static_cast<int64_t>(hi) - lo_i);
-  dispatch_dtype(dt, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_integral_v<T>) {
-      if (range <= (uint64_t{1} << 32)) {
-        generate<T>(out, [ws = WordStream(state), lo_i, range](int64_t i) mutable {
-          return static_cast<T>(lo_i + static_cast<int64_t>(ws(i) % range));
-        });
-      } else {
-        generate<T>(out, [ws = WordStream(state), lo_i, range](int64_t i) mutable {
-          return static_cast<T>(lo_i + static_cast<int64_t>(ws.wide(i) % range));
-        });
+  const bool wide = range > (uint64_t{1} << 32);
+  for_each_piece<1>({&out}, [&](char* const* p, const int64_t* s, int64_t n, int64_t first) {
+    int64_t v[kRandChunk];
+    if (wide) {
+      for (int64_t i = 0; i < n; ++i) {
+        const uint64_t e = static_cast<uint64_t>(first + i);
+        const auto w = philox4x32(state.offset + e / 2, state.seed);
+        const size_t j = static_cast<size_t>(e & 1) * 2;
+        const uint64_t x = (static_cast<uint64_t>(w[j + 1]) << 32) | w[j];
+        v[i] = lo_i + static_cast<int64_t>(x % range);
       }
+    } else {
+      uint32_t w[kRandChunk];
+      raw_words(state, first, n, w);
+      for (int64_t i = 0; i < n; ++i) v[i] = lo_i + static_cast<int64_t>(w[i] % range);
     }
+    store_run<int64_t>(v, p[0], s[0], dt, n);
   });
 }
 
 void CpuBackend::normal(const Tensor& out, PhiloxState state, double mean, double std) {
   if (out.numel() == 0) return;
   const DType dt = out.dtype();
-  // Stream cache of one block of normals.
-  struct NormalStream {
-    PhiloxState st;
-    uint64_t block = ~uint64_t{0};
-    std::array<float, 4> n{};
-    float operator()(int64_t i) {
-      const uint64_t g = static_cast<uint64_t>(i) >> 2;
-      if (g != block) {
-        n = normals_of(philox4x32(st.offset + g, st.seed));
-        block = g;
-      }
-      return n[static_cast<size_t>(i & 3)];
-    }
-  };
-  if (dt == DType::f64) {
-    return generate<double>(out, [ns = NormalStream{state}, mean, std](int64_t i) mutable {
-      return std::fma(static_cast<double>(ns(i)), std, mean);
-    });
-  }
   const float mean_f = static_cast<float>(mean), std_f = static_cast<float>(std);
-  dispatch_dtype(dt, [&](auto tag) {
-    using T = decltype(tag);
-    generate<T>(out, [ns = NormalStream{state}, mean_f, std_f](int64_t i) mutable {
-      return convert<T>(std::fma(ns(i), std_f, mean_f));
-    });
+  for_each_piece<1>({&out}, [&](char* const* p, const int64_t* s, int64_t n, int64_t first) {
+    alignas(64) float z[kRandChunk];
+    normal_floats(state, first, n, z);
+    if (dt == DType::f64) {
+      double v[kRandChunk];
+      for (int64_t i = 0; i < n; ++i) v[i] = std::fma(static_cast<double>(z[i]), std, mean);
+      store_run<double>(v, p[0], s[0], dt, n);
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) z[i] = vec::fmadd(z[i], std_f, mean_f);
+      store_run<float>(z, p[0], s[0], dt, n);
+    }
   });
 }
 
 void CpuBackend::bernoulli(const Tensor& out, const Tensor& p, PhiloxState state) {
   if (out.numel() == 0) return;
-  dispatch_dtype(out.dtype(), [&](auto otag) {
-    using O = decltype(otag);
-    dispatch_dtype(p.dtype(), [&](auto ptag) {
-      using P = decltype(ptag);
-      for_each_run<2>(
-          {&out, &p}, [&](char* const* ptr, const int64_t* s, int64_t n, int64_t first) {
-            WordStream ws(state);
-            for (int64_t i = 0; i < n; ++i) {
-              const double prob = convert<double>(*reinterpret_cast<const P*>(ptr[1] + i * s[1]));
-              const bool hit = static_cast<double>(uint_to_unit_float(ws(first + i))) < prob;
-              *reinterpret_cast<O*>(ptr[0] + i * s[0]) = convert<O>(hit);
-            }
-          });
-    });
+  for_each_piece<2>({&out, &p}, [&](char* const* ptr, const int64_t* s, int64_t n, int64_t first) {
+    alignas(64) float u[kRandChunk];
+    double prob[kRandChunk];
+    bool hit[kRandChunk];
+    unit_floats(state, first, n, u);
+    load_run<double>(ptr[1], s[1], p.dtype(), prob, n);
+    for (int64_t i = 0; i < n; ++i) hit[i] = static_cast<double>(u[i]) < prob[i];
+    store_run<bool>(hit, ptr[0], s[0], out.dtype(), n);
   });
 }
 
@@ -166,28 +228,31 @@ void CpuBackend::dropout(const Tensor& x, double p, PhiloxState state, const Ten
                          const Tensor& mask) {
   if (out.numel() == 0) return;
   const float p_f = static_cast<float>(p);
-  const float scale = static_cast<float>(1.0 / (1.0 - p));
-  const int64_t msize = static_cast<int64_t>(mask.element_size());
-  dispatch_floating(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    const C sc = std::is_same_v<C, double> ? static_cast<C>(1.0 / (1.0 - p)) : C(scale);
-    for_each_run<3>({&out, &x, &mask}, [&](char* const* ptr, const int64_t* s, int64_t n,
-                                           int64_t first) {
-      WordStream ws(state);
-      for (int64_t i = 0; i < n; ++i) {
-        const bool keep = uint_to_unit_float(ws(first + i)) >= p_f;
-        const C v = convert<C>(*reinterpret_cast<const T*>(ptr[1] + i * s[1]));
-        *reinterpret_cast<T*>(ptr[0] + i * s[0]) = convert<T>(keep ? v * sc : C(0));
-        char* m = ptr[2] + i * s[2];
-        if (msize == 1) {
-          *reinterpret_cast<uint8_t*>(m) = keep ? 1 : 0;
-        } else {
-          store_run<int64_t>(std::array<int64_t, 1>{keep ? 1 : 0}.data(), m, s[2], mask.dtype(), 1);
-        }
-      }
-    });
-  });
+  auto run = [&](auto ctag) {
+    using C = decltype(ctag);  // float, or double for f64 inputs
+    const C scale = static_cast<C>(1.0 / (1.0 - p));
+    for_each_piece<3>(
+        {&out, &x, &mask}, [&](char* const* ptr, const int64_t* s, int64_t n, int64_t first) {
+          alignas(64) float u[kRandChunk];
+          alignas(64) C v[kRandChunk];
+          uint8_t keep[kRandChunk];
+          unit_floats(state, first, n, u);
+          load_run<C>(ptr[1], s[1], x.dtype(), v, n);
+#pragma omp simd
+          for (int64_t i = 0; i < n; ++i) {
+            const bool k = u[i] >= p_f;
+            keep[i] = k;
+            v[i] = k ? v[i] * scale : C(0);  // a select, so p = 1 gives 0 rather than 0 * inf
+          }
+          store_run<C>(v, ptr[0], s[0], out.dtype(), n);
+          store_run<uint8_t>(keep, ptr[2], s[2], mask.dtype(), n);
+        });
+  };
+  if (x.dtype() == DType::f64) {
+    run(double{});
+  } else {
+    run(float{});
+  }
 }
 
 }  // namespace gradus::backend::cpu

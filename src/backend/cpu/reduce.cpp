@@ -54,25 +54,64 @@ struct ProdAcc {
   void merge(State& a, const State& b) const { a *= b; }
   V finish(const State& s, int64_t) const { return s; }
 };
+// The type comparisons run in: the input's own float type (exact, and twice the vector width of
+// double), else the accumulator type.
+template <typename T, typename V>
+using CompareType = std::conditional_t<std::is_same_v<T, float> || std::is_same_v<T, double>, T, V>;
+
+template <typename W>
+constexpr W lowest_of() {
+  return std::numeric_limits<W>::has_infinity ? -std::numeric_limits<W>::infinity()
+                                              : std::numeric_limits<W>::lowest();
+}
+template <typename W>
+constexpr W highest_of() {
+  return std::numeric_limits<W>::has_infinity ? std::numeric_limits<W>::infinity()
+                                              : std::numeric_limits<W>::max();
+}
+
+// Vectorised extreme of a contiguous run; `nan` reports whether any element was NaN.
+template <bool kMax, typename W, typename T>
+W run_extreme(const T* p, int64_t n, bool& nan) {
+  W best = kMax ? lowest_of<W>() : highest_of<W>();
+  bool any_nan = false;
+  if constexpr (kMax) {
+#pragma omp simd reduction(max : best) reduction(|| : any_nan)
+    for (int64_t i = 0; i < n; ++i) {
+      const W v = convert<W>(p[i]);
+      any_nan = any_nan || v != v;
+      best = v > best ? v : best;
+    }
+  } else {
+#pragma omp simd reduction(min : best) reduction(|| : any_nan)
+    for (int64_t i = 0; i < n; ++i) {
+      const W v = convert<W>(p[i]);
+      any_nan = any_nan || v != v;
+      best = v < best ? v : best;
+    }
+  }
+  nan = any_nan;
+  return best;
+}
+
 // max / min propagate NaN.
 template <typename V, bool kMax>
 struct ExtremumAcc {
   using State = V;
   static constexpr bool additive = false;
-  State init() const {
-    return kMax ? (std::numeric_limits<V>::has_infinity ? -std::numeric_limits<V>::infinity()
-                                                        : std::numeric_limits<V>::lowest())
-                : (std::numeric_limits<V>::has_infinity ? std::numeric_limits<V>::infinity()
-                                                        : std::numeric_limits<V>::max());
-  }
+  State init() const { return kMax ? lowest_of<V>() : highest_of<V>(); }
+  // Branch-free so the column loop vectorises: a NaN state sticks, a NaN value wins.
   void add(State& s, V v, int64_t) const {
-    if (v != v)
-      s = v;
-    else if (s == s && (kMax ? v > s : v < s))
-      s = v;
+    s = s != s ? s : ((v != v || (kMax ? v > s : v < s)) ? v : s);
   }
   void merge(State& a, const State& b) const { add(a, b, 0); }
   V finish(const State& s, int64_t) const { return s; }
+  template <typename T>
+  void add_contiguous(State& s, const T* p, int64_t n, int64_t) const {
+    bool nan;
+    const auto best = run_extreme<kMax, CompareType<T, V>>(p, n, nan);
+    add(s, nan ? std::numeric_limits<V>::quiet_NaN() : static_cast<V>(best), 0);
+  }
 };
 // First index of the extreme value; NaN counts as the extreme (like PyTorch).
 template <typename V, bool kMax>
@@ -91,6 +130,21 @@ struct ArgAcc {
     if (b.i >= 0 && (a.i < 0 || better(b.v, a.v))) a = b;
   }
   int64_t finish(const State& s, int64_t) const { return s.i < 0 ? 0 : s.i; }
+  // A vectorised pass for the extreme value, then a scan for its first position.
+  template <typename T>
+  void add_contiguous(State& s, const T* p, int64_t n, int64_t idx0) const {
+    if (n <= 0) return;
+    using W = CompareType<T, V>;
+    bool nan;
+    const W best = run_extreme<kMax, W>(p, n, nan);
+    int64_t pos = 0;
+    while (pos < n - 1) {
+      const W v = convert<W>(p[pos]);
+      if (nan ? v != v : v == best) break;
+      ++pos;
+    }
+    add(s, nan ? std::numeric_limits<V>::quiet_NaN() : static_cast<V>(best), idx0 + pos);
+  }
 };
 // Streaming log-sum-exp: (max so far, sum of exp(x - max)).
 struct LogSumExpAcc {
@@ -270,6 +324,13 @@ void run_reduce(const Acc& acc, const Tensor& x, const Tensor& out, const Plan& 
                            for (int64_t i = 0; i < n; ++i) sum += Acc::map(convert<V>(p[i * s]));
                          }
                          st[0] += sum;
+                       } else if constexpr (requires { acc.add_contiguous(st[0], p, n, idx); }) {
+                         if (s == 1) {
+                           acc.add_contiguous(st[0], p, n, idx);
+                         } else {
+                           for (int64_t i = 0; i < n; ++i)
+                             acc.add(st[0], convert<V>(p[i * s]), idx + i);
+                         }
                        } else {
                          for (int64_t i = 0; i < n; ++i)
                            acc.add(st[0], convert<V>(p[i * s]), idx + i);

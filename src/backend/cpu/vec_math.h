@@ -119,6 +119,52 @@ inline float normal_cdf(float x) {
   return a < 0.875f ? mid : (x < 0.0f ? tail : 1.0f - tail);
 }
 
+// Natural log for positive normal floats (Cephes logf: m in [sqrt(1/2), sqrt(2)), degree-8
+// polynomial, ~1 ulp). Used by the normal sampler, so the result is reproducible anywhere.
+inline float log(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  float e = static_cast<float>(static_cast<int32_t>((bits >> 23) & 0xffu) - 126);
+  float m = std::bit_cast<float>((bits & 0x807fffffu) | 0x3f000000u);  // [0.5, 1)
+  const bool low = m < 0.70710678118654752f;
+  e = low ? e - 1.0f : e;
+  m = low ? m + m - 1.0f : m - 1.0f;
+  const float z = m * m;
+  float y = 7.0376836292e-2f;
+  y = fmadd(y, m, -1.1514610310e-1f);
+  y = fmadd(y, m, 1.1676998740e-1f);
+  y = fmadd(y, m, -1.2420140846e-1f);
+  y = fmadd(y, m, 1.4249322787e-1f);
+  y = fmadd(y, m, -1.6668057665e-1f);
+  y = fmadd(y, m, 2.0000714765e-1f);
+  y = fmadd(y, m, -2.4999993993e-1f);
+  y = fmadd(y, m, 3.3333331174e-1f);
+  y = y * m * z;
+  y = fmadd(e, -2.12194440e-4f, y);
+  y = fmadd(z, -0.5f, y);
+  return fmadd(e, 0.693359375f, m + y);
+}
+
+// sin and cos of 2 pi u for u in [0, 1] (a fraction of a turn): the quadrant is split off
+// exactly in turns, leaving |r| <= pi/4 for Cephes' sinf / cosf polynomials (~1 ulp).
+inline void sincos_turns(float u, float& s, float& c) {
+  const float q = std::nearbyint(4.0f * u);
+  const float r = (u - 0.25f * q) * 6.28318530717958647692f;  // u - q/4 is exact
+  const float r2 = r * r;
+  float ps = -1.9515295891e-4f;
+  ps = fmadd(ps, r2, 8.3321608736e-3f);
+  ps = fmadd(ps, r2, -1.6666654611e-1f);
+  const float sr = fmadd(ps * r2, r, r);
+  float pc = 2.443315711809948e-5f;
+  pc = fmadd(pc, r2, -1.388731625493765e-3f);
+  pc = fmadd(pc, r2, 4.166664568298827e-2f);
+  const float cr = fmadd(pc * r2, r2, fmadd(-0.5f, r2, 1.0f));
+  const int32_t quadrant = static_cast<int32_t>(q) & 3;
+  const bool swap = (quadrant & 1) != 0;
+  const float s0 = swap ? cr : sr, c0 = swap ? sr : cr;
+  s = (quadrant & 2) != 0 ? -s0 : s0;
+  c = (quadrant == 1 || quadrant == 2) ? -c0 : c0;
+}
+
 // ------------------------------------------------------------------------------------------
 // Double overloads (<cmath>), so kernels templated on the compute type call vec::f(x) for both.
 inline double exp(double x) {

@@ -9,7 +9,9 @@ namespace {
 template <BinaryOp OP, typename C>
 struct BinaryConst {
   C alpha;
-  __device__ __forceinline__ C operator()(C a, C b) const { return binary_float<C>(OP, a, b, alpha); }
+  __device__ __forceinline__ C operator()(C a, C b) const {
+    return binary_float<C>(OP, a, b, alpha);
+  }
 };
 
 template <typename C>
@@ -100,7 +102,9 @@ struct TernaryFn {
 
 template <typename C>
 struct WhereFn {
-  __device__ __forceinline__ C operator()(int64_t cond, C y, C z) const { return cond != 0 ? y : z; }
+  __device__ __forceinline__ C operator()(int64_t cond, C y, C z) const {
+    return cond != 0 ? y : z;
+  }
 };
 
 }  // namespace

@@ -12,8 +12,7 @@ namespace gradus::backend::cuda {
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line,
                                    const char* op);
 [[noreturn]] void throw_library_error(const char* library, int status, const char* status_name,
-                                      const char* call, const char* file, int line,
-                                      const char* op);
+                                      const char* call, const char* file, int line, const char* op);
 
 inline void check_cuda(cudaError_t err, const char* call, const char* file, int line,
                        const char* op) {
@@ -27,6 +26,5 @@ inline void check_cuda(cudaError_t err, const char* call, const char* file, int 
   ::gradus::backend::cuda::check_cuda((call), #call, __FILE__, __LINE__, (op))
 
 // After a kernel launch: reports launch configuration errors (and earlier asynchronous faults).
-#define GRADUS_CUDA_CHECK_LAUNCH(op)                                                      \
-  ::gradus::backend::cuda::check_cuda(cudaGetLastError(), "kernel launch", __FILE__, __LINE__, \
-                                      (op))
+#define GRADUS_CUDA_CHECK_LAUNCH(op) \
+  ::gradus::backend::cuda::check_cuda(cudaGetLastError(), "kernel launch", __FILE__, __LINE__, (op))

@@ -282,7 +282,8 @@ inline unsigned int blocks_for(int64_t work, int per_block) {
 template <typename T, typename F>
 __device__ __forceinline__ T warp_reduce(T v, F combine) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = combine(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 
@@ -320,11 +321,23 @@ __device__ __forceinline__ T block_max(T v, T* shared) {
 }
 
 // ------------------------------------------------------------------------- math overloads
-__device__ __forceinline__ float m_exp(float x) { return expf(x); }
-__device__ __forceinline__ double m_exp(double x) { return exp(x); }
-__device__ __forceinline__ float m_log(float x) { return logf(x); }
-__device__ __forceinline__ double m_log(double x) { return log(x); }
-__device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float m_exp(float x) {
+  return expf(x);
+}
+__device__ __forceinline__ double m_exp(double x) {
+  return exp(x);
+}
+__device__ __forceinline__ float m_log(float x) {
+  return logf(x);
+}
+__device__ __forceinline__ double m_log(double x) {
+  return log(x);
+}
+__device__ __forceinline__ float m_sqrt(float x) {
+  return sqrtf(x);
+}
+__device__ __forceinline__ double m_sqrt(double x) {
+  return sqrt(x);
+}
 
 }  // namespace gradus::backend::cuda

@@ -66,8 +66,8 @@ struct Problem {
   Conv2dArgs a;
 
   auto key(Dir dir) const {
-    return std::make_tuple(static_cast<int>(dir), device, static_cast<int>(dtype), tf32, n, c, h,
-                           w, o, kh, kw, oh, ow, a.stride_h, a.stride_w, a.pad_h, a.pad_w,
+    return std::make_tuple(static_cast<int>(dir), device, static_cast<int>(dtype), tf32, n, c, h, w,
+                           o, kh, kw, oh, ow, a.stride_h, a.stride_w, a.pad_h, a.pad_w,
                            a.dilation_h, a.dilation_w, a.groups);
   }
 };
@@ -103,12 +103,12 @@ void make_descs(const Problem& p, Descs& d, cudnnMathType_t math) {
   GRADUS_CUDNN_CHECK(op, cudnnCreateTensorDescriptor(&d.y));
   GRADUS_CUDNN_CHECK(op, cudnnCreateFilterDescriptor(&d.w));
   GRADUS_CUDNN_CHECK(op, cudnnCreateConvolutionDescriptor(&d.conv));
-  GRADUS_CUDNN_CHECK(op, cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NCHW, t, to_int(p.n, "N"),
-                                                    to_int(p.c, "C"), to_int(p.h, "H"),
-                                                    to_int(p.w, "W")));
-  GRADUS_CUDNN_CHECK(op, cudnnSetTensor4dDescriptor(d.y, CUDNN_TENSOR_NCHW, t, to_int(p.n, "N"),
-                                                    to_int(p.o, "O"), to_int(p.oh, "OH"),
-                                                    to_int(p.ow, "OW")));
+  GRADUS_CUDNN_CHECK(
+      op, cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NCHW, t, to_int(p.n, "N"), to_int(p.c, "C"),
+                                     to_int(p.h, "H"), to_int(p.w, "W")));
+  GRADUS_CUDNN_CHECK(
+      op, cudnnSetTensor4dDescriptor(d.y, CUDNN_TENSOR_NCHW, t, to_int(p.n, "N"), to_int(p.o, "O"),
+                                     to_int(p.oh, "OH"), to_int(p.ow, "OW")));
   GRADUS_CUDNN_CHECK(op, cudnnSetFilter4dDescriptor(d.w, t, CUDNN_TENSOR_NCHW, to_int(p.o, "O"),
                                                     to_int(p.c / p.a.groups, "C/groups"),
                                                     to_int(p.kh, "KH"), to_int(p.kw, "KW")));
@@ -144,8 +144,8 @@ Choice choose(const Problem& p, Dir dir, cudnnHandle_t h, const Descs& d, const 
   int count = 0;
   if (dir == Dir::forward) {
     cudnnConvolutionFwdAlgoPerf_t perf[kMax];
-    GRADUS_CUDNN_CHECK(op, cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMax,
-                                                                  &count, perf));
+    GRADUS_CUDNN_CHECK(
+        op, cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMax, &count, perf));
     collect(perf, count);
   } else if (dir == Dir::backward_data) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
@@ -171,23 +171,23 @@ Choice choose(const Problem& p, Dir dir, cudnnHandle_t h, const Descs& d, const 
     int found = 0;
     if (dir == Dir::forward) {
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
-      GRADUS_CUDNN_CHECK(op, cudnnFindConvolutionForwardAlgorithmEx(
-                                 h, d.x, x, d.w, w, d.conv, d.y, out, kMax, &found, perf,
-                                 ws.data(), ws_bytes));
+      GRADUS_CUDNN_CHECK(
+          op, cudnnFindConvolutionForwardAlgorithmEx(h, d.x, x, d.w, w, d.conv, d.y, out, kMax,
+                                                     &found, perf, ws.data(), ws_bytes));
       ranked.clear();
       collect(perf, found);
     } else if (dir == Dir::backward_data) {
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
-      GRADUS_CUDNN_CHECK(op, cudnnFindConvolutionBackwardDataAlgorithmEx(
-                                 h, d.w, w, d.y, y, d.conv, d.x, out, kMax, &found, perf,
-                                 ws.data(), ws_bytes));
+      GRADUS_CUDNN_CHECK(
+          op, cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w, w, d.y, y, d.conv, d.x, out, kMax,
+                                                          &found, perf, ws.data(), ws_bytes));
       ranked.clear();
       collect(perf, found);
     } else {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
-      GRADUS_CUDNN_CHECK(op, cudnnFindConvolutionBackwardFilterAlgorithmEx(
-                                 h, d.x, x, d.y, y, d.conv, d.w, out, kMax, &found, perf,
-                                 ws.data(), ws_bytes));
+      GRADUS_CUDNN_CHECK(
+          op, cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                  h, d.x, x, d.y, y, d.conv, d.w, out, kMax, &found, perf, ws.data(), ws_bytes));
       ranked.clear();
       collect(perf, found);
     }
@@ -265,10 +265,10 @@ void CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b
       GRADUS_CUDNN_CHECK("conv2d", cudnnSetConvolutionMathType(d.conv, c.math));
       Workspace ws(c.workspace, p.device, "conv2d");
       const Scale s;
-      GRADUS_CUDNN_CHECK("conv2d", cudnnConvolutionForward(
-                                       h, s.one(t), d.x, x.raw_data(), d.w, w.raw_data(), d.conv,
-                                       static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws.data(),
-                                       c.workspace, s.zero(t), d.y, y));
+      GRADUS_CUDNN_CHECK(
+          "conv2d", cudnnConvolutionForward(h, s.one(t), d.x, x.raw_data(), d.w, w.raw_data(),
+                                            d.conv, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo),
+                                            ws.data(), c.workspace, s.zero(t), d.y, y));
     });
   }
   if (bias.defined()) {
@@ -297,11 +297,11 @@ void CudaBackend::conv2d_backward_data(const Tensor& grad_out, const Tensor& w_i
     GRADUS_CUDNN_CHECK("conv2d backward", cudnnSetConvolutionMathType(d.conv, c.math));
     Workspace ws(c.workspace, p.device, "conv2d backward");
     const Scale s;
-    GRADUS_CUDNN_CHECK("conv2d backward",
-                       cudnnConvolutionBackwardData(
-                           h, s.one(t), d.w, w.raw_data(), d.y, gy.raw_data(), d.conv,
-                           static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws.data(),
-                           c.workspace, s.zero(t), d.x, gx));
+    GRADUS_CUDNN_CHECK(
+        "conv2d backward",
+        cudnnConvolutionBackwardData(h, s.one(t), d.w, w.raw_data(), d.y, gy.raw_data(), d.conv,
+                                     static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws.data(),
+                                     c.workspace, s.zero(t), d.x, gx));
   });
 }
 
@@ -339,9 +339,8 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x
       fill(grad_bias, 0.0);
     } else {
       // grad_bias[o] = sum over (n, h, w) of grad_out[n, o, h, w]
-      const Tensor gb = grad_bias.as_strided_raw({1, grad_bias.size(0), 1, 1},
-                                                 {0, grad_bias.stride(0), 0, 0},
-                                                 grad_bias.offset());
+      const Tensor gb = grad_bias.as_strided_raw(
+          {1, grad_bias.size(0), 1, 1}, {0, grad_bias.stride(0), 0, 0}, grad_bias.offset());
       reduce(ReduceOp::sum, grad_out, gb, {0, 2, 3});
     }
   }

@@ -13,9 +13,9 @@ struct Identity {
   }
 };
 
-
 template <int V, typename T>
-__global__ void __launch_bounds__(kThreads) fill_contig(T* out, uint32_t n, bool aligned, double value) {
+__global__ void __launch_bounds__(kThreads)
+    fill_contig(T* out, uint32_t n, bool aligned, double value) {
   const T v = convert<T>(value);
   const int64_t base = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (base >= n) return;
@@ -30,7 +30,8 @@ __global__ void __launch_bounds__(kThreads) fill_contig(T* out, uint32_t n, bool
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) fill_strided(OffsetCalc<1> oc, T* out, uint32_t n, double value) {
+__global__ void __launch_bounds__(kThreads)
+    fill_strided(OffsetCalc<1> oc, T* out, uint32_t n, double value) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   int64_t off[1];
@@ -39,7 +40,8 @@ __global__ void __launch_bounds__(kThreads) fill_strided(OffsetCalc<1> oc, T* ou
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) arange_kernel(T* out, int64_t n, double start, double step) {
+__global__ void __launch_bounds__(kThreads)
+    arange_kernel(T* out, int64_t n, double start, double step) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   // Rounded multiply then add (no FMA contraction), as the CPU computes it.
@@ -82,8 +84,8 @@ void launch_fill(const Iter<1>& it, double value, cudaStream_t stream) {
       fill_contig<V, T><<<blocks_for(n, kThreads * V), kThreads, 0, stream>>>(
           out, n, all_aligned<V>(out), value);
     } else {
-      fill_strided<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(make_offset_calc(it), out,
-                                                                          n, value);
+      fill_strided<T>
+          <<<blocks_for(n, kThreads), kThreads, 0, stream>>>(make_offset_calc(it), out, n, value);
     }
   });
   GRADUS_CUDA_CHECK_LAUNCH("fill");
@@ -94,8 +96,8 @@ void launch_arange(void* dst, DType dtype, int64_t n, double start, double step,
   if (n == 0) return;
   dispatch_all(dtype, [&](auto tag) {
     using T = decltype(tag);
-    arange_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(dst), n,
-                                                                       start, step);
+    arange_kernel<T>
+        <<<blocks_for(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(dst), n, start, step);
   });
   GRADUS_CUDA_CHECK_LAUNCH("arange");
 }

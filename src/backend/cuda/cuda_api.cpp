@@ -19,9 +19,13 @@ int resolve(int device) {
 }
 }  // namespace
 
-int device_count() { return rt::device_count(); }
+int device_count() {
+  return rt::device_count();
+}
 
-int current_device() { return resolve(-1); }
+int current_device() {
+  return resolve(-1);
+}
 
 void set_device(int device) {
   rt::device_state(device);  // validates the index
@@ -60,9 +64,8 @@ DeviceProperties device_properties(int device) {
   d.clock_khz = clock;
   d.memory_bus_width = p.memoryBusWidth;
   // Double data rate: two transfers per clock, bus width in bits.
-  d.memory_bandwidth_gbps =
-      2.0 * static_cast<double>(mem_clock) * 1e3 * (static_cast<double>(p.memoryBusWidth) / 8.0) /
-      1e9;
+  d.memory_bandwidth_gbps = 2.0 * static_cast<double>(mem_clock) * 1e3 *
+                            (static_cast<double>(p.memoryBusWidth) / 8.0) / 1e9;
   char bus[32] = {};
   if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) == cudaSuccess) {
     d.pci_bus_id = bus;
@@ -121,15 +124,21 @@ void empty_cache(int device) {
   GRADUS_CUDA_CHECK("cuda::empty_cache", cudaMemPoolTrimTo(s.pool, 0));
 }
 
-void set_allow_tf32(bool allow) { rt::set_tf32_allowed(allow); }
-bool allow_tf32() { return rt::tf32_allowed(); }
+void set_allow_tf32(bool allow) {
+  rt::set_tf32_allowed(allow);
+}
+bool allow_tf32() {
+  return rt::tf32_allowed();
+}
 
 // ------------------------------------------------------------------------------- streams
 StreamHandle current_stream(int device) {
   return rt::device_state(resolve(device)).current.load();
 }
 
-StreamHandle copy_stream(int device) { return rt::device_state(resolve(device)).copy_stream; }
+StreamHandle copy_stream(int device) {
+  return rt::device_state(resolve(device)).copy_stream;
+}
 
 void set_current_stream(StreamHandle stream, int device) {
   rt::DeviceState& s = rt::device_state(resolve(device));

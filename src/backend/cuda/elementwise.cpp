@@ -10,7 +10,9 @@
 namespace gradus::backend::cuda {
 namespace {
 
-Tensor temp_like(const Tensor& t, DType dtype) { return empty(t.sizes(), {dtype, t.device()}); }
+Tensor temp_like(const Tensor& t, DType dtype) {
+  return empty(t.sizes(), {dtype, t.device()});
+}
 
 // A contiguous row-major copy of t's values (any strides, broadcast included).
 Tensor materialize(CudaBackend& be, const Tensor& t, DType dtype) {
@@ -50,9 +52,10 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
   if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous() &&
       src.sizes() == dst.sizes()) {
     if (src.raw_data() != dst.raw_data()) {
-      GRADUS_CUDA_CHECK("copy", cudaMemcpyAsync(dst.raw_data(), src.raw_data(),
-                                                static_cast<size_t>(dst.numel()) * dst.element_size(),
-                                                cudaMemcpyDeviceToDevice, stream));
+      GRADUS_CUDA_CHECK("copy",
+                        cudaMemcpyAsync(dst.raw_data(), src.raw_data(),
+                                        static_cast<size_t>(dst.numel()) * dst.element_size(),
+                                        cudaMemcpyDeviceToDevice, stream));
     }
     return;
   }
@@ -65,9 +68,9 @@ void CudaBackend::fill(const Tensor& dst, double value) {
   DeviceGuard guard(dst);
   cudaStream_t stream = stream_of(dst.device().index());
   if (value == 0.0 && !std::signbit(value) && dst.is_contiguous()) {
-    GRADUS_CUDA_CHECK("fill", cudaMemsetAsync(dst.raw_data(), 0,
-                                              static_cast<size_t>(dst.numel()) * dst.element_size(),
-                                              stream));
+    GRADUS_CUDA_CHECK(
+        "fill", cudaMemsetAsync(dst.raw_data(), 0,
+                                static_cast<size_t>(dst.numel()) * dst.element_size(), stream));
     return;
   }
   for_each_piece<1>(make_layout<1>(dst.sizes(), {&dst}),
@@ -256,7 +259,8 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out,
   if (count > kMaxKernelElements) {
     GRADUS_CHECK(op != ReduceOp::argmax && op != ReduceOp::argmin, ValueError,
                  "reduce: cuda argmax / argmin over more than 2^31 elements per output is not "
-                 "supported (", shape_str(x.sizes()), ")");
+                 "supported (",
+                 shape_str(x.sizes()), ")");
     // Stage 1 reduces chunks of the outermost reduced axis into a temporary that keeps that
     // axis (one entry per chunk); stage 2 reduces the temporary.
     int64_t dr = dims.front();

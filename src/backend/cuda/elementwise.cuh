@@ -57,8 +57,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int V, typename TO, typename TA, typename TB, typename F>
 __global__ void __launch_bounds__(kThreads)
-    map2_contig(TO* out, const TA* a, const TB* b,
-                uint32_t n, bool aligned, F f) {
+    map2_contig(TO* out, const TA* a, const TB* b, uint32_t n, bool aligned, F f) {
   const int64_t base = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (base >= n) return;
   if (aligned && base + V <= n) {
@@ -89,8 +88,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int V, typename TO, typename TA, typename TB, typename TC, typename F>
 __global__ void __launch_bounds__(kThreads)
-    map3_contig(TO* out, const TA* a, const TB* b,
-                const TC* c, uint32_t n, bool aligned, F f) {
+    map3_contig(TO* out, const TA* a, const TB* b, const TC* c, uint32_t n, bool aligned, F f) {
   const int64_t base = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (base >= n) return;
   if (aligned && base + V <= n) {
@@ -131,11 +129,11 @@ void map1(const Iter<2>& it, F f, cudaStream_t stream, const char* op) {
   const auto n = static_cast<uint32_t>(it.numel);
   if (it.contiguous()) {
     constexpr int V = vec_width<TO, TA>();
-    map1_contig<V><<<blocks_for(n, kThreads * V), kThreads, 0, stream>>>(
-        out, a, n, all_aligned<V>(out, a), f);
+    map1_contig<V><<<blocks_for(n, kThreads * V), kThreads, 0, stream>>>(out, a, n,
+                                                                         all_aligned<V>(out, a), f);
   } else {
-    map1_strided<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(make_offset_calc(it), out, a,
-                                                                     n, f);
+    map1_strided<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(make_offset_calc(it), out, a, n,
+                                                                   f);
   }
   GRADUS_CUDA_CHECK_LAUNCH(op);
 }
@@ -152,8 +150,8 @@ void map2(const Iter<3>& it, F f, cudaStream_t stream, const char* op) {
     map2_contig<V><<<blocks_for(n, kThreads * V), kThreads, 0, stream>>>(
         out, a, b, n, all_aligned<V>(out, a, b), f);
   } else {
-    map2_strided<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(make_offset_calc(it), out, a,
-                                                                     b, n, f);
+    map2_strided<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(make_offset_calc(it), out, a, b,
+                                                                   n, f);
   }
   GRADUS_CUDA_CHECK_LAUNCH(op);
 }
@@ -171,8 +169,8 @@ void map3(const Iter<4>& it, F f, cudaStream_t stream, const char* op) {
     map3_contig<V><<<blocks_for(n, kThreads * V), kThreads, 0, stream>>>(
         out, a, b, c, n, all_aligned<V>(out, a, b, c), f);
   } else {
-    map3_strided<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(make_offset_calc(it), out, a,
-                                                                     b, c, n, f);
+    map3_strided<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(make_offset_calc(it), out, a, b,
+                                                                   c, n, f);
   }
   GRADUS_CUDA_CHECK_LAUNCH(op);
 }

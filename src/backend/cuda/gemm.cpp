@@ -26,8 +26,8 @@ struct View3 {  // [batch, rows, cols] with element strides
 
 View3 view3(const Tensor& t) {
   if (t.dim() == 2) return {1, t.size(0), t.size(1), 0, t.stride(0), t.stride(1)};
-  return {t.size(0), t.size(1), t.size(2), t.size(0) == 1 ? 0 : t.stride(0), t.stride(1),
-          t.stride(2)};
+  return {t.size(0),   t.size(1),  t.size(2), t.size(0) == 1 ? 0 : t.stride(0),
+          t.stride(1), t.stride(2)};
 }
 
 // Row-major description of a stored [rows, cols] matrix: `flipped` when it is column-major.
@@ -124,12 +124,12 @@ void make_layout(cublasLtMatrixLayout_t* layout, cudaDataType_t type, int64_t ro
                                                          static_cast<uint64_t>(cols), ld));
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
-    GRADUS_CUBLAS_CHECK("gemm", cublasLtMatrixLayoutSetAttribute(
-                                    *layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                                    sizeof count));
-    GRADUS_CUBLAS_CHECK("gemm", cublasLtMatrixLayoutSetAttribute(
-                                    *layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                    sizeof stride));
+    GRADUS_CUBLAS_CHECK(
+        "gemm", cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                 &count, sizeof count));
+    GRADUS_CUBLAS_CHECK(
+        "gemm", cublasLtMatrixLayoutSetAttribute(
+                    *layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
   }
 }
 
@@ -144,17 +144,16 @@ bool run_lt(const LtProblem& p, const void* a, const void* b, void* c, const voi
   GRADUS_CUBLAS_CHECK("gemm", cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB,
                                                              &p.op_b, sizeof p.op_b));
   if (p.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-    GRADUS_CUBLAS_CHECK("gemm", cublasLtMatmulDescSetAttribute(
-                                    d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epilogue,
-                                    sizeof p.epilogue));
+    GRADUS_CUBLAS_CHECK("gemm", cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                               &p.epilogue, sizeof p.epilogue));
   }
   if (bias != nullptr) {
     GRADUS_CUBLAS_CHECK("gemm", cublasLtMatmulDescSetAttribute(
                                     d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     const cudaDataType_t bias_type = t.data;
-    GRADUS_CUBLAS_CHECK("gemm", cublasLtMatmulDescSetAttribute(
-                                    d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                    sizeof bias_type));
+    GRADUS_CUBLAS_CHECK("gemm",
+                        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                       &bias_type, sizeof bias_type));
   }
   make_layout(&d.a, t.data, p.a_rows, p.a_cols, p.lda, p.batch, p.stride_a);
   make_layout(&d.b, t.data, p.b_rows, p.b_cols, p.ldb, p.batch, p.stride_b);
@@ -176,9 +175,9 @@ bool run_lt(const LtProblem& p, const void* a, const void* b, void* c, const voi
   if (!found) {
     GRADUS_CUBLAS_CHECK("gemm", cublasLtMatmulPreferenceCreate(&d.pref));
     const uint64_t ws = kGemmWorkspaceBytes;
-    GRADUS_CUBLAS_CHECK("gemm", cublasLtMatmulPreferenceSetAttribute(
-                                    d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                    sizeof ws));
+    GRADUS_CUBLAS_CHECK("gemm",
+                        cublasLtMatmulPreferenceSetAttribute(
+                            d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     // cuBLASLt assumes 256-byte aligned buffers unless told otherwise; views can be less.
     const auto set_align = [&](cublasLtMatmulPreferenceAttributes_t attr, int align) {
       const uint32_t a = static_cast<uint32_t>(std::min(align, 256));
@@ -192,7 +191,8 @@ bool run_lt(const LtProblem& p, const void* a, const void* b, void* c, const voi
     int returned = 0;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c,
                                                              d.pref, 1, &result, &returned);
-    cached.ok = st == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+    cached.ok =
+        st == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS;
     if (cached.ok) cached.algo = result.algo;
     std::lock_guard<std::mutex> lock(g_algo_mu);
     g_algos.emplace(key, cached);
@@ -218,22 +218,21 @@ void run_blas(const LtProblem& p, const void* a, const void* b, void* c, double 
               double beta) {
   const Types t = types_for(p.dtype);
   cublasHandle_t handle = blas_handle(p.device);
-  GRADUS_CUBLAS_CHECK("gemm", cublasSetMathMode(handle, p.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                               : CUBLAS_DEFAULT_MATH));
+  GRADUS_CUBLAS_CHECK(
+      "gemm", cublasSetMathMode(handle, p.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
   const void* alpha_p = t.scale == CUDA_R_64F ? static_cast<const void*>(&alpha) : &alpha_f;
   const void* beta_p = t.scale == CUDA_R_64F ? static_cast<const void*>(&beta) : &beta_f;
   const int64_t es = static_cast<int64_t>(dtype_size(p.dtype));
   for (int64_t i = 0; i < p.batch; ++i) {
     GRADUS_CUBLAS_CHECK(
-        "gemm", cublasGemmEx(handle, p.op_a, p.op_b, static_cast<int>(p.m), static_cast<int>(p.n),
-                             static_cast<int>(p.k), alpha_p,
-                             static_cast<const char*>(a) + i * p.stride_a * es, t.data,
-                             static_cast<int>(p.lda),
-                             static_cast<const char*>(b) + i * p.stride_b * es, t.data,
-                             static_cast<int>(p.ldb), beta_p,
-                             static_cast<char*>(c) + i * p.stride_c * es, t.data,
-                             static_cast<int>(p.ldc), t.compute, CUBLAS_GEMM_DEFAULT));
+        "gemm",
+        cublasGemmEx(
+            handle, p.op_a, p.op_b, static_cast<int>(p.m), static_cast<int>(p.n),
+            static_cast<int>(p.k), alpha_p, static_cast<const char*>(a) + i * p.stride_a * es,
+            t.data, static_cast<int>(p.lda), static_cast<const char*>(b) + i * p.stride_b * es,
+            t.data, static_cast<int>(p.ldb), beta_p, static_cast<char*>(c) + i * p.stride_c * es,
+            t.data, static_cast<int>(p.ldc), t.compute, CUBLAS_GEMM_DEFAULT));
   }
 }
 
@@ -310,15 +309,15 @@ void CudaBackend::gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& out
     bias = &bias_c;
   }
   // Fused epilogues: bias, relu, tanh-GELU. Exact GELU is applied afterwards.
-  const bool lt_act = args.activation == Activation::relu ||
-                      args.activation == Activation::gelu_tanh;
+  const bool lt_act =
+      args.activation == Activation::relu || args.activation == Activation::gelu_tanh;
   if (bias != nullptr) {
     p.epilogue = args.activation == Activation::relu        ? CUBLASLT_EPILOGUE_RELU_BIAS
                  : args.activation == Activation::gelu_tanh ? CUBLASLT_EPILOGUE_GELU_BIAS
                                                             : CUBLASLT_EPILOGUE_BIAS;
   } else if (lt_act) {
-    p.epilogue = args.activation == Activation::relu ? CUBLASLT_EPILOGUE_RELU
-                                                     : CUBLASLT_EPILOGUE_GELU;
+    p.epilogue =
+        args.activation == Activation::relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_GELU;
   }
   p.align_a = alignment_of(b.raw_data());
   p.align_b = alignment_of(a.raw_data());

@@ -53,7 +53,8 @@ __device__ __forceinline__ void atomic_accumulate(T* p, T v) {
 #if __CUDA_ARCH__ >= 700
     atomicAdd(reinterpret_cast<__half*>(p), __ushort_as_half(v.bits));
 #else
-    atomic_update_subword(p, [v](f16_t cur) { return float_to_f16(f16_to_float(cur) + f16_to_float(v)); });
+    atomic_update_subword(
+        p, [v](f16_t cur) { return float_to_f16(f16_to_float(cur) + f16_to_float(v)); });
 #endif
   } else if constexpr (std::is_same_v<T, bf16_t>) {
 #if __CUDA_ARCH__ >= 800

@@ -89,8 +89,8 @@ void for_each_piece(const Layout<N>& l, const F& fn) {
     if (chunk > 1) sub.sizes[0] = len;
     sub.numel = len * inner;
     for (int k = 0; k < N; ++k) {
-      sub.data[k] = l.data[k] + start * l.strides[0][k] *
-                                    static_cast<int64_t>(dtype_size(l.dtype[k]));
+      sub.data[k] =
+          l.data[k] + start * l.strides[0][k] * static_cast<int64_t>(dtype_size(l.dtype[k]));
     }
     for_each_piece<N>(sub, fn);
   }

@@ -140,16 +140,16 @@ void launch_batch_norm_backward(const NormArgs& a, const void* grad_out, void* g
 struct PoolShape {
   int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
 };
-void launch_max_pool2d(const void* x, void* out, int64_t* indices, DType dtype,
-                       const PoolShape& s, const Pool2dArgs& a, cudaStream_t stream);
+void launch_max_pool2d(const void* x, void* out, int64_t* indices, DType dtype, const PoolShape& s,
+                       const Pool2dArgs& a, cudaStream_t stream);
 // accum: zeroed float (double for f64) scratch of planes * h * w elements, or grad_x itself
 // when grad_x is f32 / f64 (then zeroed by the caller).
 void launch_max_pool2d_backward(const void* grad_out, const int64_t* indices, void* accum,
                                 DType dtype, const PoolShape& s, cudaStream_t stream);
 void launch_avg_pool2d(const void* x, void* out, DType dtype, const PoolShape& s,
                        const Pool2dArgs& a, cudaStream_t stream);
-void launch_avg_pool2d_backward(const void* grad_out, void* grad_x, DType dtype,
-                                const PoolShape& s, const Pool2dArgs& a, cudaStream_t stream);
+void launch_avg_pool2d_backward(const void* grad_out, void* grad_x, DType dtype, const PoolShape& s,
+                                const Pool2dArgs& a, cudaStream_t stream);
 void launch_adaptive_avg_pool2d(const void* x, void* out, DType dtype, const PoolShape& s,
                                 cudaStream_t stream);
 void launch_adaptive_avg_pool2d_backward(const void* grad_out, void* grad_x, DType dtype,
@@ -179,8 +179,8 @@ void launch_normal(void* out, DType dtype, int64_t n, int64_t first, PhiloxState
 // operand 0 = out (contiguous), 1 = p (any float dtype, any strides).
 void launch_bernoulli(const Iter<2>& it, int64_t first, PhiloxState s, cudaStream_t stream);
 // Contiguous x / out / mask.
-void launch_dropout(const void* x, void* out, void* mask, DType dtype, DType mask_dtype,
-                    int64_t n, int64_t first, double p, PhiloxState s, cudaStream_t stream);
+void launch_dropout(const void* x, void* out, void* mask, DType dtype, DType mask_dtype, int64_t n,
+                    int64_t first, double p, PhiloxState s, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------- optim.cu
 // Up to kMaxTensorsPerLaunch contiguous tensors per launch, passed by value as kernel

@@ -44,8 +44,8 @@ void CudaBackend::index_select_rows(const Tensor& table, const Tensor& index, co
   DeviceGuard guard(out);
   const Tensor tc = contiguous_in(*this, table, out.dtype());
   const Tensor ic = contiguous_in(*this, index, DType::i64);
-  const int64_t row_bytes = (tc.dim() > 1 ? tc.numel() / tc.size(0) : 1) *
-                            static_cast<int64_t>(tc.element_size());
+  const int64_t row_bytes =
+      (tc.dim() > 1 ? tc.numel() / tc.size(0) : 1) * static_cast<int64_t>(tc.element_size());
   into_contiguous(*this, out, [&](const Tensor& o) {
     launch_index_select_rows(tc.raw_data(), static_cast<const int64_t*>(ic.raw_data()),
                              o.raw_data(), n, row_bytes, stream_of(out.device().index()));
@@ -134,8 +134,8 @@ void CudaBackend::dropout(const Tensor& x, double p, PhiloxState state, const Te
   cudaStream_t stream = stream_of(out.device().index());
   into_contiguous(*this, out, [&](const Tensor& o) {
     into_contiguous(*this, mask, [&](const Tensor& m) {
-      launch_dropout(xc.raw_data(), o.raw_data(), m.raw_data(), o.dtype(), m.dtype(), o.numel(),
-                     0, p, state, stream);
+      launch_dropout(xc.raw_data(), o.raw_data(), m.raw_data(), o.dtype(), m.dtype(), o.numel(), 0,
+                     p, state, stream);
     });
   });
 }
@@ -192,8 +192,7 @@ const Tensor* state_at(const std::vector<Tensor>& v, size_t i) {
 void* state_ptr(const char* op, const Tensor* s, const Tensor& p, const TensorList& l) {
   if (s == nullptr) return nullptr;
   GRADUS_CHECK(s->is_contiguous() && s->numel() == p.numel() && s->dtype() == l.state_dtype,
-               ValueError, op,
-               ": optimizer states must be contiguous, match their parameter ",
+               ValueError, op, ": optimizer states must be contiguous, match their parameter ",
                shape_str(p.sizes()), " and share one dtype, got ", shape_str(s->sizes()), " ",
                dtype_name(s->dtype()));
   return s->raw_data();
@@ -214,8 +213,8 @@ void CudaBackend::sgd_step(const std::vector<Tensor>& params, const std::vector<
         return b != nullptr ? b->dtype() : params[i].dtype();
       },
       [&](TensorList& l, int k, size_t i) {
-        l.state1[k] = use_buf ? state_ptr("sgd_step", state_at(momentum_buffers, i), params[i], l)
-                              : nullptr;
+        l.state1[k] =
+            use_buf ? state_ptr("sgd_step", state_at(momentum_buffers, i), params[i], l) : nullptr;
       },
       [&](const TensorList& l) { launch_sgd(l, args, stream); });
 }
@@ -243,8 +242,8 @@ void CudaBackend::adam_step(const std::vector<Tensor>& params, const std::vector
                      "adam_step: missing exp_avg / exp_avg_sq for parameter ", i);
         l.state1[k] = state_ptr("adam_step", m, params[i], l);
         l.state2[k] = state_ptr("adam_step", v, params[i], l);
-        l.state3[k] = ams ? state_ptr("adam_step", state_at(max_exp_avg_sq, i), params[i], l)
-                          : nullptr;
+        l.state3[k] =
+            ams ? state_ptr("adam_step", state_at(max_exp_avg_sq, i), params[i], l) : nullptr;
       },
       [&](const TensorList& l) { launch_adam(l, a, stream); });
 }

@@ -18,7 +18,9 @@ Tensor in_c(CudaBackend& be, const Tensor& t, DType dtype) {
   be.copy(t, c);
   return c;
 }
-Tensor in_c(CudaBackend& be, const Tensor& t) { return t.defined() ? in_c(be, t, t.dtype()) : t; }
+Tensor in_c(CudaBackend& be, const Tensor& t) {
+  return t.defined() ? in_c(be, t, t.dtype()) : t;
+}
 
 // Contiguous outputs of a given dtype; copied back into the caller's tensors by finish().
 struct Outs {
@@ -41,10 +43,16 @@ struct Outs {
   }
 };
 
-void* ptr(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
-DType dt(const Tensor& t, DType fallback) { return t.defined() ? t.dtype() : fallback; }
+void* ptr(const Tensor& t) {
+  return t.defined() ? t.raw_data() : nullptr;
+}
+DType dt(const Tensor& t, DType fallback) {
+  return t.defined() ? t.dtype() : fallback;
+}
 
-int64_t last_dim(const Tensor& t) { return t.dim() == 0 ? 1 : t.size(t.dim() - 1); }
+int64_t last_dim(const Tensor& t) {
+  return t.dim() == 0 ? 1 : t.size(t.dim() - 1);
+}
 
 PoolShape pool_shape(const Tensor& in, const Tensor& out) {
   const int64_t d = in.dim();
@@ -92,8 +100,8 @@ struct CeSetup {
   Tensor logits, weight, wsum;  // keep the temporaries alive
 };
 
-CeSetup ce_setup(CudaBackend& be, const Tensor& logits, const Tensor& target,
-                 const Tensor& weight, int64_t ignore_index, double label_smoothing) {
+CeSetup ce_setup(CudaBackend& be, const Tensor& logits, const Tensor& target, const Tensor& weight,
+                 int64_t ignore_index, double label_smoothing) {
   CeSetup s;
   s.logits = in_c(be, logits);
   s.a.logits = s.logits.raw_data();
@@ -136,8 +144,7 @@ void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& target, cons
   Outs o{*this, {}};
   const DType ldt = loss.dtype();
   const Tensor lc = o.get(loss, ldt), sc = o.get(lse, ldt);
-  launch_cross_entropy(s.a, lc.raw_data(), sc.raw_data(), ldt,
-                       stream_of(logits.device().index()));
+  launch_cross_entropy(s.a, lc.raw_data(), sc.raw_data(), ldt, stream_of(logits.device().index()));
   o.finish();
 }
 
@@ -163,9 +170,8 @@ void CudaBackend::cross_entropy_backward(const Tensor& grad_loss, const Tensor& 
 }
 
 // ------------------------------------------------------------------------------- norms
-void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                             double eps, const Tensor& out, const Tensor& mean,
-                             const Tensor& rstd) {
+void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                             const Tensor& out, const Tensor& mean, const Tensor& rstd) {
   const int64_t rows = mean.numel();
   if (rows == 0 || x.numel() == 0) return;
   DeviceGuard guard(x);
@@ -189,9 +195,8 @@ void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor
   o.finish();
 }
 
-void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x,
-                                      const Tensor& weight, const Tensor& mean,
-                                      const Tensor& rstd, const Tensor& grad_x,
+void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                                      const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
                                       const Tensor& grad_weight, const Tensor& grad_bias) {
   const int64_t rows = mean.numel();
   if (rows == 0 || x.numel() == 0) {
@@ -203,8 +208,8 @@ void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x,
   const int device = x.device().index();
   const int64_t cols = x.numel() / rows;
   const DType t = x.dtype();
-  const DType pdt = grad_weight.defined() ? grad_weight.dtype()
-                                          : (grad_bias.defined() ? grad_bias.dtype() : t);
+  const DType pdt =
+      grad_weight.defined() ? grad_weight.dtype() : (grad_bias.defined() ? grad_bias.dtype() : t);
   Outs o{*this, {}};
   const Tensor gc = in_c(*this, grad_out, t), xc = in_c(*this, x), wc = in_c(*this, weight);
   const Tensor mc = in_c(*this, mean), rc = in_c(*this, rstd, mean.dtype());
@@ -236,9 +241,9 @@ void CudaBackend::batch_norm(const Tensor& x, const Tensor& weight, const Tensor
   GRADUS_CHECK(n * s < (int64_t{1} << 31), ValueError,
                "batch_norm: cuda kernels support at most 2^31 elements per channel, got ",
                shape_str(x.sizes()));
-  const DType rdt = running_mean.defined() ? running_mean.dtype()
-                                           : (running_var.defined() ? running_var.dtype()
-                                                                    : DType::f32);
+  const DType rdt = running_mean.defined()
+                        ? running_mean.dtype()
+                        : (running_var.defined() ? running_var.dtype() : DType::f32);
   Outs o{*this, {}};
   const Tensor xc = in_c(*this, x), wc = in_c(*this, weight), bc = in_c(*this, bias);
   const Tensor oc = o.get(out, x.dtype());
@@ -264,17 +269,17 @@ void CudaBackend::batch_norm(const Tensor& x, const Tensor& weight, const Tensor
   o.finish();
 }
 
-void CudaBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& x,
-                                      const Tensor& weight, const Tensor& save_mean,
-                                      const Tensor& save_rstd, const Tensor& grad_x,
-                                      const Tensor& grad_weight, const Tensor& grad_bias) {
+void CudaBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                                      const Tensor& save_mean, const Tensor& save_rstd,
+                                      const Tensor& grad_x, const Tensor& grad_weight,
+                                      const Tensor& grad_bias) {
   DeviceGuard guard(x);
   const int device = x.device().index();
   const int64_t n = x.dim() > 0 ? x.size(0) : 1, c = x.dim() > 1 ? x.size(1) : 1;
   const int64_t s = n * c > 0 ? x.numel() / (n * c) : 0;
   const DType t = x.dtype();
-  const DType pdt = grad_weight.defined() ? grad_weight.dtype()
-                                          : (grad_bias.defined() ? grad_bias.dtype() : t);
+  const DType pdt =
+      grad_weight.defined() ? grad_weight.dtype() : (grad_bias.defined() ? grad_bias.dtype() : t);
   Outs o{*this, {}};
   const Tensor gc = in_c(*this, grad_out, t), xc = in_c(*this, x), wc = in_c(*this, weight);
   const Tensor mc = in_c(*this, save_mean), rc = in_c(*this, save_rstd, save_mean.dtype());
@@ -300,8 +305,8 @@ void CudaBackend::max_pool2d(const Tensor& x, const Tensor& out, const Tensor& i
   DeviceGuard guard(out);
   Outs o{*this, {}};
   const Tensor xc = in_c(*this, x, out.dtype()), oc = o.get(out), ic = o.get(indices, DType::i64);
-  launch_max_pool2d(xc.raw_data(), oc.raw_data(), static_cast<int64_t*>(ic.raw_data()),
-                    out.dtype(), pool_shape(x, out), args, stream_of(out.device().index()));
+  launch_max_pool2d(xc.raw_data(), oc.raw_data(), static_cast<int64_t*>(ic.raw_data()), out.dtype(),
+                    pool_shape(x, out), args, stream_of(out.device().index()));
   o.finish();
 }
 

@@ -12,8 +12,7 @@ constexpr int64_t kWarpCols = 1024;
 
 template <typename C>
 __device__ __forceinline__ C opt_load(const void* p, DType t, int64_t i, C fallback) {
-  return p == nullptr ? fallback
-                      : load_dyn<C>(static_cast<const char*>(p) + i * dtype_bytes(t), t);
+  return p == nullptr ? fallback : load_dyn<C>(static_cast<const char*>(p) + i * dtype_bytes(t), t);
 }
 template <typename C>
 __device__ __forceinline__ void opt_store(void* p, DType t, int64_t i, C v) {
@@ -28,12 +27,13 @@ __device__ __forceinline__ double row_sum(double v, bool warp, double* shared) {
 
 // ------------------------------------------------------------------------------- layer norm
 template <typename T>
-__global__ void __launch_bounds__(kBlock) layer_norm_kernel(NormArgs a, int64_t rows, int64_t cols) {
+__global__ void __launch_bounds__(kBlock)
+    layer_norm_kernel(NormArgs a, int64_t rows, int64_t cols) {
   using C = compute_t<T>;
   __shared__ double sh[32];
   const bool warp = cols <= kWarpCols;
-  const int64_t row = warp ? static_cast<int64_t>(blockIdx.x) * (kBlock / 32) + (threadIdx.x >> 5)
-                           : blockIdx.x;
+  const int64_t row =
+      warp ? static_cast<int64_t>(blockIdx.x) * (kBlock / 32) + (threadIdx.x >> 5) : blockIdx.x;
   if (row >= rows) return;  // uniform per warp (warp rows) or block
   const int first = warp ? (threadIdx.x & 31) : threadIdx.x;
   const int step = warp ? 32 : blockDim.x;
@@ -68,8 +68,8 @@ __global__ void __launch_bounds__(kBlock)
   using C = compute_t<T>;
   __shared__ double sh[32];
   const bool warp = cols <= kWarpCols;
-  const int64_t row = warp ? static_cast<int64_t>(blockIdx.x) * (kBlock / 32) + (threadIdx.x >> 5)
-                           : blockIdx.x;
+  const int64_t row =
+      warp ? static_cast<int64_t>(blockIdx.x) * (kBlock / 32) + (threadIdx.x >> 5) : blockIdx.x;
   if (row >= rows) return;
   const int first = warp ? (threadIdx.x & 31) : threadIdx.x;
   const int step = warp ? 32 : blockDim.x;
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kBlock)
 constexpr int kColX = 32, kColY = 8;
 
 template <typename T>
-__global__ void __launch_bounds__(kColX * kColY)
+__global__ void __launch_bounds__(kColX* kColY)
     layer_norm_backward_dw(NormArgs a, const T* g, int64_t rows, int64_t cols, int splits,
                            double* ws, void* gw, void* gb, DType pdt) {
   using C = compute_t<T>;
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kThreads)
 int ln_splits(int64_t rows, int64_t cols) {
   const int64_t col_blocks = (cols + kColX - 1) / kColX;
   int64_t splits = (528 + col_blocks - 1) / col_blocks;  // ~4 blocks per SM on an H100/H200
-  splits = std::min<int64_t>(splits, (rows + 63) / 64);   // at least 64 rows per split
+  splits = std::min<int64_t>(splits, (rows + 63) / 64);  // at least 64 rows per split
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(splits, 65535)));
 }
 
@@ -186,8 +186,7 @@ __global__ void __launch_bounds__(kBlock)
   opt_store(a.mean, a.stat_dtype, c, m);
   opt_store(a.rstd, a.stat_dtype, c, rstd);
   if (rm != nullptr) {
-    opt_store(rm, rdt, c,
-              (1.0 - momentum) * opt_load<double>(rm, rdt, c, 0.0) + momentum * m);
+    opt_store(rm, rdt, c, (1.0 - momentum) * opt_load<double>(rm, rdt, c, 0.0) + momentum * m);
   }
   if (rv != nullptr) {
     const double unbiased = sq / static_cast<double>(count - 1);
@@ -201,8 +200,8 @@ __global__ void __launch_bounds__(kBlock)
 
 // Eval mode: scale / shift from the running statistics.
 __global__ void __launch_bounds__(kThreads)
-    batch_norm_eval_coeffs(NormArgs a, const void* rm, const void* rv, DType rdt,
-                           uint32_t channels, double* ws) {
+    batch_norm_eval_coeffs(NormArgs a, const void* rm, const void* rv, DType rdt, uint32_t channels,
+                           double* ws) {
   const uint32_t c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= channels) return;
   const double m = opt_load<double>(rm, rdt, c, 0.0);
@@ -298,8 +297,8 @@ void launch_layer_norm_backward(const NormArgs& a, const void* grad_out, void* g
     using T = decltype(tag);
     const T* g = static_cast<const T*>(grad_out);
     if (grad_x != nullptr) {
-      layer_norm_backward_dx<T><<<rows_grid(rows, cols), kBlock, 0, stream>>>(
-          a, g, static_cast<T*>(grad_x), rows, cols);
+      layer_norm_backward_dx<T>
+          <<<rows_grid(rows, cols), kBlock, 0, stream>>>(a, g, static_cast<T*>(grad_x), rows, cols);
     }
     if (grad_weight != nullptr || grad_bias != nullptr) {
       const int splits = ln_splits(rows, cols);
@@ -315,7 +314,9 @@ void launch_layer_norm_backward(const NormArgs& a, const void* grad_out, void* g
   GRADUS_CUDA_CHECK_LAUNCH("layer_norm_backward");
 }
 
-size_t batch_norm_workspace_bytes(int64_t c) { return static_cast<size_t>(c) * 4 * sizeof(double); }
+size_t batch_norm_workspace_bytes(int64_t c) {
+  return static_cast<size_t>(c) * 4 * sizeof(double);
+}
 
 void launch_batch_norm(const NormArgs& a, void* rm, void* rv, DType rdt, bool training,
                        double momentum, int64_t n, int64_t c, int64_t s, void* workspace,
@@ -343,8 +344,8 @@ void launch_batch_norm(const NormArgs& a, void* rm, void* rv, DType rdt, bool tr
 }
 
 void launch_batch_norm_backward(const NormArgs& a, const void* grad_out, void* grad_x,
-                                void* grad_weight, void* grad_bias, DType pdt, int64_t n,
-                                int64_t c, int64_t s, void* workspace, cudaStream_t stream) {
+                                void* grad_weight, void* grad_bias, DType pdt, int64_t n, int64_t c,
+                                int64_t s, void* workspace, cudaStream_t stream) {
   if (c == 0) return;
   auto* ws = static_cast<double*>(workspace);
   const int64_t total = n * c * s;

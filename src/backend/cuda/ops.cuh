@@ -8,14 +8,22 @@
 namespace gradus::backend::cuda {
 
 // ------------------------------------------------------------------------------- helpers
-__device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float m_tanh(float x) {
+  return tanhf(x);
+}
+__device__ __forceinline__ double m_tanh(double x) {
+  return tanh(x);
+}
 template <typename C>
 __device__ __forceinline__ C m_sigmoid(C x) {
   return C(1) / (C(1) + m_exp(-x));
 }
-__device__ __forceinline__ float m_cdf(float x) { return normcdff(x); }
-__device__ __forceinline__ double m_cdf(double x) { return normcdf(x); }
+__device__ __forceinline__ float m_cdf(float x) {
+  return normcdff(x);
+}
+__device__ __forceinline__ double m_cdf(double x) {
+  return normcdf(x);
+}
 
 template <typename C>
 __device__ __forceinline__ C sign_of(C v) {
@@ -280,8 +288,8 @@ __device__ __forceinline__ int64_t binary_int(BinaryOp op, int64_t a, int64_t b,
       return r;
     }
     default:
-      return float_to_int<int64_t>(binary_float<double>(op, static_cast<double>(a),
-                                                        static_cast<double>(b), alpha_d));
+      return float_to_int<int64_t>(
+          binary_float<double>(op, static_cast<double>(a), static_cast<double>(b), alpha_d));
   }
 }
 

@@ -8,16 +8,36 @@
 namespace gradus::backend::cuda {
 namespace {
 
-__device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double mul(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ double add(double a, double b) { return __dadd_rn(a, b); }
-__device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
-__device__ __forceinline__ double sub(double a, double b) { return __dsub_rn(a, b); }
-__device__ __forceinline__ float div(float a, float b) { return __fdiv_rn(a, b); }
-__device__ __forceinline__ double div(double a, double b) { return __ddiv_rn(a, b); }
-__device__ __forceinline__ float sqrt_rn(float a) { return __fsqrt_rn(a); }
-__device__ __forceinline__ double sqrt_rn(double a) { return __dsqrt_rn(a); }
+__device__ __forceinline__ float mul(float a, float b) {
+  return __fmul_rn(a, b);
+}
+__device__ __forceinline__ double mul(double a, double b) {
+  return __dmul_rn(a, b);
+}
+__device__ __forceinline__ float add(float a, float b) {
+  return __fadd_rn(a, b);
+}
+__device__ __forceinline__ double add(double a, double b) {
+  return __dadd_rn(a, b);
+}
+__device__ __forceinline__ float sub(float a, float b) {
+  return __fsub_rn(a, b);
+}
+__device__ __forceinline__ double sub(double a, double b) {
+  return __dsub_rn(a, b);
+}
+__device__ __forceinline__ float div(float a, float b) {
+  return __fdiv_rn(a, b);
+}
+__device__ __forceinline__ double div(double a, double b) {
+  return __ddiv_rn(a, b);
+}
+__device__ __forceinline__ float sqrt_rn(float a) {
+  return __fsqrt_rn(a);
+}
+__device__ __forceinline__ double sqrt_rn(double a) {
+  return __dsqrt_rn(a);
+}
 
 // The tensor and element range of this block.
 __device__ __forceinline__ bool locate(const TensorList& l, int& t, int64_t& begin, int64_t& end) {
@@ -91,8 +111,8 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(TensorList l, AdamScalar
     if (a.l2) gi = add(gi, mul(a.wd, pi));
     if (a.decoupled) pi = mul(pi, a.decoupled_scale);
     const C m0 = ld<C>(m, sd, i);
-    const C mi = a.small_w ? add(m0, mul(a.w1, sub(gi, m0)))
-                           : sub(gi, mul(sub(gi, m0), sub(C(1), a.w1)));
+    const C mi =
+        a.small_w ? add(m0, mul(a.w1, sub(gi, m0))) : sub(gi, mul(sub(gi, m0), sub(C(1), a.w1)));
     const C vi = add(mul(ld<C>(v, sd, i), a.b2), mul(mul(a.one_minus_b2, gi), gi));
     st(m, sd, i, mi);
     st(v, sd, i, vi);

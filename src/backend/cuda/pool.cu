@@ -15,9 +15,21 @@ struct Geom {
 };
 
 Geom make_geom(const PoolShape& s, const Pool2dArgs& a) {
-  return {s.planes,   s.h,        s.w,          s.oh,         s.ow,
-          a.kernel_h, a.kernel_w, a.stride_h,   a.stride_w,   a.pad_h,
-          a.pad_w,    a.dilation_h, a.dilation_w, a.count_include_pad, a.divisor_override};
+  return {s.planes,
+          s.h,
+          s.w,
+          s.oh,
+          s.ow,
+          a.kernel_h,
+          a.kernel_w,
+          a.stride_h,
+          a.stride_w,
+          a.pad_h,
+          a.pad_w,
+          a.dilation_h,
+          a.dilation_w,
+          a.count_include_pad,
+          a.divisor_override};
 }
 
 // ------------------------------------------------------------------------------- max pool
@@ -69,8 +81,12 @@ __global__ void __launch_bounds__(kThreads)
   idx[o] = bi;
 }
 
-__device__ __forceinline__ void atomic_add_acc(float* p, float v) { atomicAdd(p, v); }
-__device__ __forceinline__ void atomic_add_acc(double* p, double v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add_acc(float* p, float v) {
+  atomicAdd(p, v);
+}
+__device__ __forceinline__ void atomic_add_acc(double* p, double v) {
+  atomicAdd(p, v);
+}
 
 template <typename T, typename A>
 __global__ void __launch_bounds__(kThreads)
@@ -109,7 +125,8 @@ __device__ __forceinline__ Window avg_window(int64_t oh, int64_t ow, const Geom&
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) avg_pool_kernel(const T* x, T* y, Geom g, int64_t total) {
+__global__ void __launch_bounds__(kThreads)
+    avg_pool_kernel(const T* x, T* y, Geom g, int64_t total) {
   using C = compute_t<T>;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (o >= total) return;
@@ -207,8 +224,8 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void launch_max_pool2d(const void* x, void* out, int64_t* indices, DType dtype,
-                       const PoolShape& s, const Pool2dArgs& a, cudaStream_t stream) {
+void launch_max_pool2d(const void* x, void* out, int64_t* indices, DType dtype, const PoolShape& s,
+                       const Pool2dArgs& a, cudaStream_t stream) {
   const int64_t total = s.planes * s.oh * s.ow;
   if (total == 0) return;
   const Geom g = make_geom(s, a);
@@ -231,8 +248,8 @@ void launch_max_pool2d_backward(const void* grad_out, const int64_t* indices, vo
     using T = decltype(tag);
     using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
     max_pool_backward_kernel<T, A><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T*>(grad_out), indices, static_cast<A*>(accum), s.h * s.w,
-        s.oh * s.ow, total);
+        static_cast<const T*>(grad_out), indices, static_cast<A*>(accum), s.h * s.w, s.oh * s.ow,
+        total);
   });
   GRADUS_CUDA_CHECK_LAUNCH("max_pool2d_backward");
 }
@@ -249,8 +266,8 @@ void launch_avg_pool2d(const void* x, void* out, DType dtype, const PoolShape& s
   GRADUS_CUDA_CHECK_LAUNCH("avg_pool2d");
 }
 
-void launch_avg_pool2d_backward(const void* grad_out, void* grad_x, DType dtype,
-                                const PoolShape& s, const Pool2dArgs& a, cudaStream_t stream) {
+void launch_avg_pool2d_backward(const void* grad_out, void* grad_x, DType dtype, const PoolShape& s,
+                                const Pool2dArgs& a, cudaStream_t stream) {
   const int64_t total = s.planes * s.h * s.w;
   if (total == 0) return;
   dispatch_float(dtype, "avg_pool2d_backward", [&](auto tag) {

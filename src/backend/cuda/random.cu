@@ -94,15 +94,16 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename O>
 __global__ void __launch_bounds__(kThreads)
-    bernoulli_kernel(OffsetCalc<2> oc, O* out, const void* p, DType pdt, int64_t first,
-                     uint32_t n, PhiloxState s) {
+    bernoulli_kernel(OffsetCalc<2> oc, O* out, const void* p, DType pdt, int64_t first, uint32_t n,
+                     PhiloxState s) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   int64_t off[2];
   oc.get(i, off);
   const int64_t flat = first + off[0];  // out is contiguous
   const uint32_t w = block_at(s, static_cast<uint64_t>(flat >> 2))[static_cast<size_t>(flat & 3)];
-  const double prob = load_dyn<double>(static_cast<const char*>(p) + off[1] * dtype_bytes(pdt), pdt);
+  const double prob =
+      load_dyn<double>(static_cast<const char*>(p) + off[1] * dtype_bytes(pdt), pdt);
   out[off[0]] = convert<O>(static_cast<double>(uint_to_unit_float(w)) < prob);
 }
 
@@ -185,11 +186,12 @@ void launch_bernoulli(const Iter<2>& it, int64_t first, PhiloxState s, cudaStrea
   GRADUS_CUDA_CHECK_LAUNCH("bernoulli");
 }
 
-void launch_dropout(const void* x, void* out, void* mask, DType dtype, DType mask_dtype,
-                    int64_t n, int64_t first, double p, PhiloxState s, cudaStream_t stream) {
+void launch_dropout(const void* x, void* out, void* mask, DType dtype, DType mask_dtype, int64_t n,
+                    int64_t first, double p, PhiloxState s, cudaStream_t stream) {
   if (n == 0) return;
-  const double scale = dtype == DType::f64 ? 1.0 / (1.0 - p)
-                                           : static_cast<double>(static_cast<float>(1.0 / (1.0 - p)));
+  const double scale = dtype == DType::f64
+                           ? 1.0 / (1.0 - p)
+                           : static_cast<double>(static_cast<float>(1.0 / (1.0 - p)));
   dispatch_float(dtype, "dropout", [&](auto tag) {
     using T = decltype(tag);
     dropout_kernel<T><<<blocks_for_draw(first, n, kThreads), kThreads, 0, stream>>>(

@@ -178,10 +178,10 @@ struct KernelArgs {
   DType in_dtype, out_dtype;
   uint32_t outputs;
   uint32_t reduced;
-  uint32_t inner;   // columns mode: size of the innermost kept axis
+  uint32_t inner;  // columns mode: size of the innermost kept axis
   int splits;
   bool warp_mode;
-  void* partial;    // [outputs, splits] states when splits > 1
+  void* partial;  // [outputs, splits] states when splits > 1
 };
 
 template <typename Acc>
@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(kRowThreads) reduce_rows(KernelArgs a, Acc acc
 }
 
 template <typename T, typename V, typename Acc>
-__global__ void __launch_bounds__(kColBlockX * kColBlockY) reduce_columns(KernelArgs a, Acc acc) {
+__global__ void __launch_bounds__(kColBlockX* kColBlockY) reduce_columns(KernelArgs a, Acc acc) {
   using State = typename Acc::State;
   __shared__ State smem[kColBlockY][kColBlockX];
   const uint32_t blocks_per_row = (a.inner + kColBlockX - 1) / kColBlockX;

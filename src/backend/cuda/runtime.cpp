@@ -18,9 +18,9 @@ namespace gradus::backend::cuda {
 // ------------------------------------------------------------------------------- errors
 void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line,
                       const char* op) {
-  const std::string msg = detail::str_cat(op, ": CUDA error ", cudaGetErrorName(err), " (",
-                                          cudaGetErrorString(err), ") in ", call, " at ", file,
-                                          ":", line);
+  const std::string msg =
+      detail::str_cat(op, ": CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
+                      ") in ", call, " at ", file, ":", line);
   if (err == cudaErrorMemoryAllocation) {
     cudaGetLastError();  // not sticky: clear it so later calls work
     throw OutOfMemoryError(msg);
@@ -32,8 +32,8 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
   throw Error(msg);
 }
 
-void throw_library_error(const char* library, int status, const char* status_name,
-                         const char* call, const char* file, int line, const char* op) {
+void throw_library_error(const char* library, int status, const char* status_name, const char* call,
+                         const char* file, int line, const char* op) {
   throw Error(detail::str_cat(op, ": ", library, " error ", status, " (",
                               status_name ? status_name : "?", ") in ", call, " at ", file, ":",
                               line));
@@ -88,6 +88,7 @@ void init_device(DeviceState& s, int index) {
   uint64_t threshold = UINT64_MAX;
   GRADUS_CUDA_CHECK("cuda init",
                     cudaMemPoolSetAttribute(s.pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  s.ready.store(true);
 }
 
 }  // namespace
@@ -107,9 +108,9 @@ int device_count() {
 
 DeviceState& device_state(int index) {
   const int count = device_count();
-  GRADUS_CHECK(index >= 0 && index < count, DeviceError, "cuda:", index,
-               " is not available: ", count == 0 ? "no CUDA device (or driver) was found"
-                                                 : detail::str_cat(count, " CUDA device(s) visible"));
+  GRADUS_CHECK(index >= 0 && index < count, DeviceError, "cuda:", index, " is not available: ",
+               count == 0 ? "no CUDA device (or driver) was found"
+                          : detail::str_cat(count, " CUDA device(s) visible"));
   std::call_once(g_state_once[index], [&] { init_device(states()[index], index); });
   return states()[index];
 }
@@ -139,7 +140,9 @@ bool tf32_allowed() {
   return v == 1;
 }
 
-void set_tf32_allowed(bool allow) { g_tf32.store(allow ? 1 : 0); }
+void set_tf32_allowed(bool allow) {
+  g_tf32.store(allow ? 1 : 0);
+}
 
 // ------------------------------------------------------------------------------- memory
 void* pool_allocate(size_t nbytes, int device, const char* op) {
@@ -147,8 +150,11 @@ void* pool_allocate(size_t nbytes, int device, const char* op) {
   DeviceState& s = device_state(device);
   DeviceGuard guard(device);
   void* ptr = nullptr;
-  cudaError_t err = cudaMallocFromPoolAsync(&ptr, nbytes, s.pool, s.current.load());
-  if (err == cudaErrorMemoryAllocation) {
+  // More than the device holds cannot succeed: report it without asking the driver.
+  cudaError_t err = nbytes > s.props.totalGlobalMem
+                        ? cudaErrorMemoryAllocation
+                        : cudaMallocFromPoolAsync(&ptr, nbytes, s.pool, s.current.load());
+  if (err == cudaErrorMemoryAllocation && nbytes <= s.props.totalGlobalMem) {
     // Blocks freed on other streams become reusable once the device is idle.
     cudaGetLastError();
     cudaDeviceSynchronize();
@@ -161,8 +167,8 @@ void* pool_allocate(size_t nbytes, int device, const char* op) {
     if (cudaMemGetInfo(&free, &total) != cudaSuccess) cudaGetLastError();
     throw OutOfMemoryError(detail::str_cat(
         op, ": CUDA out of memory on cuda:", device, " allocating ", format_bytes(nbytes),
-        " (device: ", format_bytes(free), " free of ", format_bytes(total), " total; gradus: ",
-        format_bytes(s.allocated.load()), " allocated by tensors, ",
+        " (device: ", format_bytes(free), " free of ", format_bytes(total),
+        " total; gradus: ", format_bytes(s.allocated.load()), " allocated by tensors, ",
         format_bytes(pool_reserved(s, cudaMemPoolAttrReservedMemCurrent)),
         " reserved by the pool). Hint: use a smaller --batch-size, mixed precision (--amp), or "
         "activation checkpointing; gradus::cuda::memory_stats() shows usage."));
@@ -193,7 +199,9 @@ void pool_free(void* ptr, size_t nbytes, int device) noexcept {
 Workspace::Workspace(size_t nbytes, int device, const char* op)
     : data_(pool_allocate(nbytes, device, op)), nbytes_(nbytes), device_(device) {}
 
-Workspace::~Workspace() { pool_free(data_, nbytes_, device_); }
+Workspace::~Workspace() {
+  pool_free(data_, nbytes_, device_);
+}
 
 namespace {
 
@@ -256,7 +264,9 @@ cudnnHandle_t cudnn_handle(int device) {
 void CudaBackend::synchronize() {
   const int n = device_count();
   for (int d = 0; d < n; ++d) {
-    // Only devices that were used have state (and streams) to wait for.
+    // Only devices that were used have work to wait for (and waking the others would create
+    // their contexts).
+    if (!states()[d].ready.load()) continue;
     DeviceGuard guard(d);
     GRADUS_CUDA_CHECK("synchronize", cudaDeviceSynchronize());
   }
@@ -268,8 +278,8 @@ void CudaBackend::copy_from_host(const void* host, const Tensor& dst) {
   const int device = dst.device().index();
   DeviceGuard guard(device);
   cudaStream_t stream = stream_of(device);
-  GRADUS_CUDA_CHECK("copy to cuda", cudaMemcpyAsync(dst.raw_data(), host, nbytes,
-                                                    cudaMemcpyHostToDevice, stream));
+  GRADUS_CUDA_CHECK("copy to cuda",
+                    cudaMemcpyAsync(dst.raw_data(), host, nbytes, cudaMemcpyHostToDevice, stream));
   // Pageable sources are staged by the driver before the call returns; a pinned source is read
   // asynchronously, so wait until the caller may reuse it (gradus::cuda::copy_from_host_async
   // is the non-blocking variant).
@@ -284,8 +294,8 @@ void CudaBackend::copy_to_host(const Tensor& src, void* host) {
   const int device = src.device().index();
   DeviceGuard guard(device);
   cudaStream_t stream = stream_of(device);
-  GRADUS_CUDA_CHECK("copy from cuda", cudaMemcpyAsync(host, src.raw_data(), nbytes,
-                                                      cudaMemcpyDeviceToHost, stream));
+  GRADUS_CUDA_CHECK("copy from cuda",
+                    cudaMemcpyAsync(host, src.raw_data(), nbytes, cudaMemcpyDeviceToHost, stream));
   GRADUS_CUDA_CHECK("copy from cuda", cudaStreamSynchronize(stream));
 }
 

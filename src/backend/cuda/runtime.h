@@ -19,9 +19,9 @@
   do {                                                                                         \
     const cublasStatus_t gradus_status_ = (call);                                              \
     if (gradus_status_ != CUBLAS_STATUS_SUCCESS) {                                             \
-      ::gradus::backend::cuda::throw_library_error(                                            \
-          "cuBLAS", static_cast<int>(gradus_status_), cublasGetStatusName(gradus_status_), #call, \
-          __FILE__, __LINE__, (op));                                                           \
+      ::gradus::backend::cuda::throw_library_error("cuBLAS", static_cast<int>(gradus_status_), \
+                                                   cublasGetStatusName(gradus_status_), #call, \
+                                                   __FILE__, __LINE__, (op));                  \
     }                                                                                          \
   } while (0)
 
@@ -43,6 +43,7 @@ inline constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 // Everything the backend keeps per device. Created on the first use of the device.
 struct DeviceState {
   int index = 0;
+  std::atomic<bool> ready{false};  // initialised (has a context, streams, pool)
   cudaDeviceProp props{};
   cudaStream_t default_stream = nullptr;
   cudaStream_t copy_stream = nullptr;
@@ -66,7 +67,9 @@ int device_count();
 // The state of device `index`, initialising it on first use. Throws DeviceError for a device that
 // does not exist.
 DeviceState& device_state(int index);
-inline cudaStream_t stream_of(int index) { return device_state(index).current.load(); }
+inline cudaStream_t stream_of(int index) {
+  return device_state(index).current.load();
+}
 
 // Makes `index` the calling thread's current device for the guard's lifetime.
 class DeviceGuard {

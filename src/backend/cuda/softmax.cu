@@ -119,9 +119,8 @@ __global__ void __launch_bounds__(kRowBlock)
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kRowBlock) softmax_backward_kernel(const T* g, const T* y, T* gx,
-                                                                      int64_t rows, int64_t cols,
-                                                                      bool log) {
+__global__ void __launch_bounds__(kRowBlock)
+    softmax_backward_kernel(const T* g, const T* y, T* gx, int64_t rows, int64_t cols, bool log) {
   using C = compute_t<T>;
   __shared__ C sh[32];
   RowCtx r;
@@ -147,9 +146,9 @@ __global__ void __launch_bounds__(kRowBlock) softmax_backward_kernel(const T* g,
 
 // ------------------------------------------------------------------------------- cross entropy
 __device__ __forceinline__ int64_t target_at(const CrossEntropyArgs& a, int64_t i) {
-  return load_dyn<int64_t>(static_cast<const char*>(a.target) +
-                               i * a.target_stride * dtype_bytes(a.target_dtype),
-                           a.target_dtype);
+  return load_dyn<int64_t>(
+      static_cast<const char*>(a.target) + i * a.target_stride * dtype_bytes(a.target_dtype),
+      a.target_dtype);
 }
 
 template <typename C>
@@ -183,7 +182,8 @@ __global__ void __launch_bounds__(kRowBlock)
   C smooth = 0;
   if (ls != C(0) && t != a.ignore_index && t >= 0 && t < a.c) {  // uniform across the row
     if (valid) {
-      for (int64_t c = r.first; c < a.c; c += r.step) smooth += weight_at<C>(a, c) * (load(xr + c) - l);
+      for (int64_t c = r.first; c < a.c; c += r.step)
+        smooth += weight_at<C>(a, c) * (load(xr + c) - l);
     }
     smooth = row_sum(smooth, r.warp, shs);
   }
@@ -219,8 +219,8 @@ __global__ void __launch_bounds__(kRowBlock)
     return;
   }
   const int64_t esize = dtype_bytes(loss_dtype);
-  const C gi = load_dyn<C>(static_cast<const char*>(grad_loss) + row * grad_stride * esize,
-                           loss_dtype);
+  const C gi =
+      load_dyn<C>(static_cast<const char*>(grad_loss) + row * grad_stride * esize, loss_dtype);
   const C l = load_dyn<C>(static_cast<const char*>(lse) + row * esize, loss_dtype);
   const C ls = static_cast<C>(a.label_smoothing);
   const C wt = weight_at<C>(a, t) * (C(1) - ls);
@@ -266,8 +266,8 @@ void launch_cross_entropy(const CrossEntropyArgs& a, void* loss, void* lse, DTyp
   if (a.n == 0) return;
   dispatch_float(a.dtype, "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
-    cross_entropy_kernel<T><<<row_blocks(a.n, a.c), kRowBlock, 0, stream>>>(a, loss, lse,
-                                                                            loss_dtype);
+    cross_entropy_kernel<T>
+        <<<row_blocks(a.n, a.c), kRowBlock, 0, stream>>>(a, loss, lse, loss_dtype);
   });
   GRADUS_CUDA_CHECK_LAUNCH("cross_entropy");
 }

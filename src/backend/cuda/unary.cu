@@ -57,7 +57,7 @@ UnaryScalars<C> make_scalars(UnaryOp op, double a, double b) {
       // float_to_int gives INT64_MIN for out-of-range values; keep that for parity.
       auto cpu_like = [](double v) {
         return v >= -9223372036854775808.0 && v < 9223372036854775808.0 ? static_cast<int64_t>(v)
-                                                                         : INT64_MIN;
+                                                                        : INT64_MIN;
       };
       s.ilo = std::isnan(a) ? INT64_MIN : cpu_like(std::ceil(a));
       s.ihi = std::isnan(b) ? INT64_MAX : cpu_like(std::floor(b));

@@ -1,0 +1,334 @@
+#!/usr/bin/env python3
+"""Times the same training step in gradus and in PyTorch and prints the ratio.
+
+For each model@batch (default mlp@100, mlp-large@256, cnn@64) it runs
+`gradus bench --model M --batch-size B --steps N --warmup W --threads T --device D` (one JSON
+line with the median ms_per_step) and the same model, loss (cross-entropy), optimizer (Adam,
+lr 1e-3), batch, dtype (float32) and thread count in PyTorch, alternating the two `--repeats`
+times (the order flips every repeat, so drift in machine load hits both alike). It reports the
+median over repeats of each side's per-run median step time and the ratio gradus / PyTorch
+(< 1: gradus is faster). It also times an NxN SGEMM with `gradus bench --gemm N` (OpenBLAS on
+the CPU) and states mlp-large's GEMM throughput as a fraction of it.
+
+PyTorch runs in one persistent worker process (imported once, torch.set_num_threads(T)); gradus
+runs as a fresh process per measurement, like a user would run it. See bench/README.md.
+"""
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+MODELS = {
+    # name: (gradus --model, description); the PyTorch twins are built in worker_model().
+    "mlp": "Linear(784,128) ReLU Linear(128,10)",
+    "mlp-large": "Linear(784,1024) ReLU Linear(1024,1024) ReLU Linear(1024,10)",
+    "cnn": "Conv(1,32,3,p1) ReLU MaxPool2 Conv(32,64,3,p1) ReLU MaxPool2 "
+           "Linear(3136,128) ReLU Linear(128,10)",
+}
+DEFAULT_RUNS = "mlp@100,mlp-large@256,cnn@64"
+
+
+# ------------------------------------------------------------------------------ PyTorch worker
+def worker_model(name):
+    import torch.nn as nn
+
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+    if name == "mlp-large":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 1024), nn.ReLU(),
+                             nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    if name == "cnn":
+        return nn.Sequential(
+            nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+    raise ValueError(f"unknown model {name}")
+
+
+def worker_main(args):
+    """Reads one JSON request per line from stdin, answers one JSON line on stdout."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    print(json.dumps({"ready": True, "torch": torch.__version__,
+                      "threads": torch.get_num_threads()}), flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req.get("gemm"):
+            n = req["gemm"]
+            a = torch.randn(n, n, device=device)
+            b = torch.randn(n, n, device=device)
+            c = a @ b
+            times = []
+            for _ in range(req["steps"]):
+                t0 = time.perf_counter()
+                c = a @ b
+                c[0, 0].item()  # waits for the device
+                times.append((time.perf_counter() - t0) * 1e3)
+            ms = statistics.median(times)
+            print(json.dumps({"ms": ms, "gflops": 2 * n ** 3 / (ms * 1e-3) / 1e9}), flush=True)
+            continue
+        torch.manual_seed(req.get("seed", 0))
+        model = worker_model(req["model"]).to(device).train()
+        opt_kwargs = {"lr": 1e-3}
+        if req.get("adam") in ("foreach", "fused"):
+            opt_kwargs[req["adam"]] = True
+        opt = torch.optim.Adam(model.parameters(), **opt_kwargs)
+        x = torch.randn(req["batch"], 1, 28, 28, device=device)
+        y = torch.randint(0, 10, (req["batch"],), device=device)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss.item()  # waits for the device, like gradus bench
+
+        for _ in range(req["warmup"]):
+            step()
+        times = []
+        for _ in range(req["steps"]):
+            t0 = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - t0) * 1e3)
+        print(json.dumps({"ms_per_step": statistics.median(times)}), flush=True)
+
+
+class TorchWorker:
+    def __init__(self, threads, device):
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--worker", "--threads", str(threads),
+             "--device", device],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.hello = self._read()
+
+    def _read(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the PyTorch worker exited (is torch installed?)")
+        return json.loads(line)
+
+    def ask(self, request):
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+# ------------------------------------------------------------------------------------- gradus
+def find_gradus(explicit):
+    if explicit:
+        return explicit
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    candidates = glob.glob(os.path.join(root, "build*", "apps", "gradus", "gradus"))
+    candidates = [c for c in candidates if os.access(c, os.X_OK)]
+    if candidates:
+        return max(candidates, key=os.path.getmtime)  # the most recently built
+    on_path = shutil.which("gradus")
+    if on_path:
+        return on_path
+    sys.exit("compare_pytorch.py: no gradus binary found; build the CLI "
+             "(cmake --build build --target gradus) or pass --gradus PATH")
+
+
+def run_gradus(binary, args):
+    """Runs `gradus bench ...` and returns its JSON line (or {"error": ...})."""
+    cmd = [binary, "bench"] + [str(a) for a in args]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out: " + " ".join(cmd)}
+    if out.returncode != 0:
+        return {"error": f"exit {out.returncode}: {out.stderr.strip()[-300:]}"}
+    for line in reversed(out.stdout.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            continue
+    return {"error": "no JSON line in output: " + out.stdout[-300:]}
+
+
+# --------------------------------------------------------------------------------------- main
+def median_or_none(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def machine_info(args, binary, torch_hello):
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = ""
+    try:
+        version = subprocess.run([binary, "--version"], capture_output=True,
+                                 text=True).stdout.strip()
+    except OSError:
+        version = ""
+    return {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpu": cpu,
+            "cores": os.cpu_count(), "threads": args.threads, "device": args.device,
+            "gradus": version, "gradus_binary": binary, "commit": commit,
+            "torch": torch_hello.get("torch"), "torch_threads": torch_hello.get("threads")}
+
+
+def fmt(v, spec=".2f"):
+    return "n/a" if v is None else format(v, spec)
+
+
+def main():
+    p = argparse.ArgumentParser(description="gradus vs PyTorch training-step times",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--gradus", help="path of the gradus binary (default: newest build*/ one)")
+    p.add_argument("--runs", default=DEFAULT_RUNS,
+                   help="comma-separated model@batch list (models: " + ", ".join(MODELS) + ")")
+    p.add_argument("--threads", type=int, default=2, help="CPU threads for both frameworks")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps per run")
+    p.add_argument("--repeats", type=int, default=5, help="alternating runs of each framework")
+    p.add_argument("--gemm", type=int, default=1024, help="SGEMM size N (0: skip)")
+    p.add_argument("--adam", choices=["default", "foreach", "fused"], default="default",
+                   help="PyTorch Adam implementation (default: what PyTorch picks)")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return worker_main(args)
+
+    runs = []
+    for item in args.runs.split(","):
+        model, _, batch = item.strip().partition("@")
+        if model not in MODELS or not batch.isdigit():
+            sys.exit(f"compare_pytorch.py: bad run '{item}' (expected model@batch, models: "
+                     + ", ".join(MODELS) + ")")
+        runs.append((model, int(batch)))
+
+    binary = find_gradus(args.gradus)
+    worker = TorchWorker(args.threads, args.device)
+    log = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    log(f"gradus: {binary}; PyTorch {worker.hello['torch']} with "
+        f"{worker.hello['threads']} threads; device {args.device}")
+
+    samples = {run: {"gradus": [], "pytorch": [], "errors": []} for run in runs}
+    extra = {}
+    for r in range(args.repeats):
+        for run in runs:
+            model, batch = run
+            order = ["gradus", "pytorch"] if r % 2 == 0 else ["pytorch", "gradus"]
+            for side in order:
+                time.sleep(0.2)  # let the other side's idle OpenMP threads go to sleep
+                if side == "gradus":
+                    res = run_gradus(binary, ["--model", model, "--batch-size", batch,
+                                              "--steps", args.steps, "--warmup", args.warmup,
+                                              "--repeats", 1, "--threads", args.threads,
+                                              "--device", args.device])
+                    if "error" in res:
+                        samples[run]["errors"].append(res["error"])
+                        samples[run]["gradus"].append(None)
+                    else:
+                        samples[run]["gradus"].append(res["ms_per_step"])
+                        if "linear_gflops" in res:
+                            extra.setdefault(run, []).append(res["linear_gflops"])
+                else:
+                    res = worker.ask({"model": model, "batch": batch, "steps": args.steps,
+                                      "warmup": args.warmup, "adam": args.adam, "seed": r})
+                    samples[run]["pytorch"].append(res["ms_per_step"])
+            log(f"  repeat {r + 1}/{args.repeats} {model}@{batch}: gradus "
+                f"{fmt(samples[run]['gradus'][-1])} ms, PyTorch {fmt(samples[run]['pytorch'][-1])} ms")
+
+    gemm = None
+    if args.gemm > 0:
+        res = run_gradus(binary, ["--gemm", args.gemm, "--steps", 10, "--repeats", 3,
+                                  "--threads", args.threads, "--device", args.device])
+        torch_gemm = worker.ask({"gemm": args.gemm, "steps": 30})
+        gemm = {"n": args.gemm, "gradus_gflops": res.get("gflops"),
+                "gradus_error": res.get("error"), "pytorch_gflops": torch_gemm["gflops"]}
+    info = machine_info(args, binary, worker.hello)
+    worker.close()
+
+    results = []
+    for run in runs:
+        model, batch = run
+        g = median_or_none(samples[run]["gradus"])
+        t = median_or_none(samples[run]["pytorch"])
+        row = {"model": model, "batch_size": batch, "gradus_ms": g, "pytorch_ms": t,
+               "ratio": g / t if g and t else None,
+               "gradus_samples_per_s": batch / (g * 1e-3) if g else None,
+               "pytorch_samples_per_s": batch / (t * 1e-3) if t else None,
+               "gradus_runs_ms": samples[run]["gradus"], "pytorch_runs_ms": samples[run]["pytorch"],
+               "errors": samples[run]["errors"]}
+        if run in extra:
+            # The step's GEMM work (forward + 2 backward GEMMs per Linear) at each side's speed.
+            row["gradus_linear_gflops"] = median_or_none(extra[run])
+            if t and g:
+                row["pytorch_linear_gflops"] = row["gradus_linear_gflops"] * g / t
+            if gemm and gemm["gradus_gflops"]:
+                row["gradus_fraction_of_sgemm"] = row["gradus_linear_gflops"] / gemm["gradus_gflops"]
+                if "pytorch_linear_gflops" in row:
+                    row["pytorch_fraction_of_sgemm"] = (row["pytorch_linear_gflops"]
+                                                        / gemm["gradus_gflops"])
+        results.append(row)
+
+    if args.json:
+        print(json.dumps({"machine": info, "settings": vars(args), "results": results,
+                          "sgemm": gemm}, indent=2))
+        return 0
+
+    print(f"\n{info['date']}  {info['cpu']}  ({info['cores']} cores)  commit {info['commit']}")
+    print(f"{info['gradus']} vs PyTorch {info['torch']}; {args.threads} threads, device "
+          f"{args.device}, float32, Adam(lr=1e-3), cross-entropy; medians of {args.repeats} "
+          f"alternating runs x {args.steps} steps\n")
+    header = (f"{'model':<10} {'batch':>5} {'gradus ms':>10} {'PyTorch ms':>11} "
+              f"{'gradus/PyTorch':>15} {'gradus smp/s':>13} {'PyTorch smp/s':>14}")
+    print(header)
+    print("-" * len(header))
+    for row in results:
+        print(f"{row['model']:<10} {row['batch_size']:>5} {fmt(row['gradus_ms']):>10} "
+              f"{fmt(row['pytorch_ms']):>11} {fmt(row['ratio'], '.3f'):>15} "
+              f"{fmt(row['gradus_samples_per_s'], '.0f'):>13} "
+              f"{fmt(row['pytorch_samples_per_s'], '.0f'):>14}")
+        for err in sorted(set(row["errors"])):
+            print(f"    gradus error: {err}")
+    if gemm:
+        print(f"\nSGEMM {gemm['n']}x{gemm['n']}: gradus (OpenBLAS) "
+              f"{fmt(gemm['gradus_gflops'], '.1f')} GFLOP/s, PyTorch "
+              f"{fmt(gemm['pytorch_gflops'], '.1f')} GFLOP/s")
+        if gemm["gradus_error"]:
+            print(f"    gradus --gemm error: {gemm['gradus_error']}")
+    for row in results:
+        if "gradus_fraction_of_sgemm" in row:
+            line = (f"{row['model']}@{row['batch_size']} GEMM work: gradus "
+                    f"{row['gradus_linear_gflops']:.1f} GFLOP/s = "
+                    f"{100 * row['gradus_fraction_of_sgemm']:.0f}% of the SGEMM rate")
+            if "pytorch_fraction_of_sgemm" in row:
+                line += (f"; PyTorch {row['pytorch_linear_gflops']:.1f} GFLOP/s = "
+                         f"{100 * row['pytorch_fraction_of_sgemm']:.0f}%")
+            print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Checks gradus on a machine with an NVIDIA GPU and writes every log into OUT_DIR:
+#   nvidia-smi.txt   the device            env.txt       toolchain and libraries seen
+#   build.log        configure + build     ldd.txt       shared libraries of test_gpu
+#   ctest_gpu.log    ctest -L gpu          ctest_all.log the whole suite
+#   bench.log        gradus bench on cuda (mlp, mlp-large, cnn, sgemm) and bench/compare_pytorch.py
+#   memcheck.log     compute-sanitizer memcheck on a slice of test_gpu
+#   summary.txt      one line per stage with its exit status and duration
+#
+# Usage: scripts/gpu_check.sh OUT_DIR [BUILD_DIR]
+# BUILD_DIR (default $GRADUS_BUILD_DIR or build-gpu) is used as is when it already holds
+# tests/test_gpu (a build carried from another machine: configure it there with
+# -DGRADUS_USE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGRADUS_NATIVE=OFF so its host code runs on
+# this CPU; shared libraries it needs that this machine lacks can be put in BUILD_DIR/_libs).
+# Otherwise it is configured and built here. Each stage has a time limit; the whole run stays
+# under about nine minutes.
+set -u
+OUT=${1:?usage: scripts/gpu_check.sh OUT_DIR [BUILD_DIR]}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${2:-${GRADUS_BUILD_DIR:-$ROOT/build-gpu}}
+case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+START=$(date +%s)
+BUDGET=${GRADUS_GPU_CHECK_BUDGET:-540}  # seconds for the whole script
+JOBS=$(nproc 2>/dev/null || echo 4)
+: > "$OUT/summary.txt"
+
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+# stage NAME LIMIT_SECONDS LOG -- command...: runs with a time limit (never beyond the budget).
+stage() {
+  local name=$1 limit=$2 log=$3
+  shift 4
+  local remaining
+  remaining=$(left)
+  if [ "$remaining" -le 5 ]; then
+    echo "$name: skipped (time budget spent)" | tee -a "$OUT/summary.txt"
+    return 124
+  fi
+  [ "$limit" -gt "$remaining" ] && limit=$remaining
+  local t0 rc
+  t0=$(date +%s)
+  echo "=== $name (limit ${limit}s): $*" >>"$log"
+  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+  rc=$?
+  echo "$name: exit $rc in $(($(date +%s) - t0))s (log: $(basename "$log"))" | tee -a "$OUT/summary.txt"
+  return $rc
+}
+
+# ------------------------------------------------------------------ device and environment
+nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed (no driver?)" >>"$OUT/nvidia-smi.txt"
+nvidia-smi --query-gpu=name,compute_cap,memory.total,clocks.max.sm,clocks.max.mem \
+  --format=csv >>"$OUT/nvidia-smi.txt" 2>&1 || true
+{
+  echo "date: $(date -u +%FT%TZ)  host: $(hostname)  commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)"
+  echo "build dir: $BUILD"
+  uname -a
+  (command -v nvcc && nvcc --version) 2>&1 | tail -2
+  cmake --version 2>&1 | head -1
+  (c++ --version || g++ --version) 2>&1 | head -1
+  ninja --version 2>&1 | sed 's/^/ninja /'
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+  ldconfig -p 2>/dev/null | grep -E "libcudnn\.|libcublas|libcublasLt|libopenblas|libgtest|libz\.so" | head -20
+} >"$OUT/env.txt" 2>&1
+
+# Shared libraries a carried build may need: bundled ones, the toolkit's, and the cuDNN / cuBLAS
+# wheels that ship with PyTorch.
+LIBS="$BUILD/_libs:/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib"
+PYLIBS=$(python3 - <<'EOF' 2>/dev/null
+import glob, os, site
+dirs = []
+for base in site.getsitepackages() + [site.getusersitepackages()]:
+    dirs += glob.glob(os.path.join(base, "nvidia", "*", "lib"))
+print(":".join(dirs))
+EOF
+)
+export LD_LIBRARY_PATH="$LIBS${PYLIBS:+:$PYLIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >>"$OUT/env.txt"
+
+# ------------------------------------------------------------------ build (unless carried)
+if [ -x "$BUILD/tests/test_gpu" ]; then
+  echo "using the carried build in $BUILD" | tee -a "$OUT/summary.txt" >"$OUT/build.log"
+else
+  GEN=()
+  command -v ninja >/dev/null && GEN=(-G Ninja)
+  stage configure 120 "$OUT/build.log" -- cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" \
+    -DCMAKE_BUILD_TYPE=Release -DGRADUS_USE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DGRADUS_BUILD_TESTS=ON
+  stage build 330 "$OUT/build.log" -- cmake --build "$BUILD" -j"$JOBS"
+fi
+if [ ! -x "$BUILD/tests/test_gpu" ]; then
+  echo "no test_gpu binary: see build.log" | tee -a "$OUT/summary.txt"
+  exit 1
+fi
+ldd "$BUILD/tests/test_gpu" >"$OUT/ldd.txt" 2>&1
+grep "not found" "$OUT/ldd.txt" | sed 's/^/missing library: /' | tee -a "$OUT/summary.txt"
+
+# ------------------------------------------------------------------ tests
+if [ -f "$BUILD/CTestTestfile.cmake" ]; then
+  stage ctest_gpu 200 "$OUT/ctest_gpu.log" -- ctest --test-dir "$BUILD" -L gpu --output-on-failure \
+    --timeout 120
+else  # a bare carried binary: run it directly
+  stage ctest_gpu 200 "$OUT/ctest_gpu.log" -- "$BUILD/tests/test_gpu" --gtest_color=no
+fi
+# How many GPU tests really ran (a skip means no device was seen).
+grep -cE "Skipped|SKIPPED" "$OUT/ctest_gpu.log" | sed 's/^/gpu tests skipped: /' >>"$OUT/summary.txt"
+
+if [ -f "$BUILD/CTestTestfile.cmake" ]; then
+  stage ctest_all 150 "$OUT/ctest_all.log" -- ctest --test-dir "$BUILD" --output-on-failure \
+    -j"$JOBS" --timeout 120 -LE gpu
+fi
+
+# ------------------------------------------------------------------ benchmarks
+GRADUS=$BUILD/apps/gradus/gradus
+if [ -x "$GRADUS" ]; then
+  for model in mlp mlp-large cnn; do
+    stage "bench $model" 40 "$OUT/bench.log" -- "$GRADUS" bench --device cuda --model "$model"
+  done
+  stage "bench sgemm 8192" 30 "$OUT/bench.log" -- "$GRADUS" bench --device cuda --gemm 8192
+  stage "bench cpu mlp" 30 "$OUT/bench.log" -- "$GRADUS" bench --device cpu --model mlp
+fi
+if [ -f "$ROOT/bench/compare_pytorch.py" ]; then
+  # The script finds the gradus binary through PATH / GRADUS_BUILD_DIR.
+  PATH="$(dirname "$GRADUS"):$PATH" GRADUS_BUILD_DIR="$BUILD" PYTHONUNBUFFERED=1 \
+    stage "compare_pytorch" 90 "$OUT/bench.log" -- python3 "$ROOT/bench/compare_pytorch.py" \
+    --device cuda
+fi
+
+# ------------------------------------------------------------------ memory checker
+if command -v compute-sanitizer >/dev/null; then
+  stage memcheck 90 "$OUT/memcheck.log" -- compute-sanitizer --tool memcheck --error-exitcode 3 \
+    "$BUILD/tests/test_gpu" --gtest_color=no \
+    --gtest_filter='CudaRuntime.*:CudaElementwise.Ternary:CudaReduce.IntegersAndBool:CudaSoftmax.*:CudaIndexing.*:CudaOptim.*:PhiloxParity.DropoutValuesAndMask:CudaTraining.MlpWithSgdMatchesCpu'
+else
+  echo "compute-sanitizer: not installed" | tee -a "$OUT/summary.txt"
+fi
+
+echo "total: $(($(date +%s) - START))s" | tee -a "$OUT/summary.txt"
