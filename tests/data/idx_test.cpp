@@ -1,66 +1,23 @@
 // IDX reader: files written byte by byte here (raw and gzip), read back and compared; every kind
 // of corruption must give an IOError that says what is wrong, never a crash.
-#include <zlib.h>
-
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 
+#include "idx_files.h"
 #include "support/test_util.h"
 
 namespace gradus::data {
 namespace {
 
 namespace fs = std::filesystem;
-using Bytes = std::vector<uint8_t>;
+using namespace test;  // NOLINT: the IDX writers
 
 fs::path temp_path(const std::string& name) {
-  static const uint64_t run = testing::fresh_seed();
-  fs::path dir = fs::temp_directory_path() / ("gradus_idx_test_" + std::to_string(run));
-  fs::create_directories(dir);
+  static const TempDir dir("gradus_idx_test_");
   return dir / name;
-}
-
-void write_file(const fs::path& path, const Bytes& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(out.good()) << path;
-}
-
-Bytes gzip_bytes(const Bytes& raw) {
-  z_stream zs{};
-  EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  Bytes out(deflateBound(&zs, raw.size()) + 64);
-  zs.next_in = const_cast<Bytef*>(raw.data());
-  zs.avail_in = static_cast<uInt>(raw.size());
-  zs.next_out = out.data();
-  zs.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
-
-void put_be32(Bytes& b, uint32_t v) {
-  for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(v >> s));
-}
-
-// An IDX file of uint8 values: header + payload.
-Bytes idx_u8(const std::vector<uint32_t>& dims, const Bytes& payload) {
-  Bytes b = {0, 0, 0x08, static_cast<uint8_t>(dims.size())};
-  for (uint32_t d : dims) put_be32(b, d);
-  b.insert(b.end(), payload.begin(), payload.end());
-  return b;
-}
-
-Bytes random_bytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  Bytes b(n);
-  for (auto& v : b) v = static_cast<uint8_t>(rng());
-  return b;
 }
 
 // Runs fn, which must throw IOError whose message contains every one of `parts`.

@@ -1,48 +1,21 @@
 // MNIST-format loading: synthetic directories written here (values checked against a float64
 // reference), every failure mode, and the real Fashion-MNIST files when they are installed.
-#include <zlib.h>
-
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
 
+#include "idx_files.h"
 #include "support/test_util.h"
 
 namespace gradus::data {
 namespace {
 
 namespace fs = std::filesystem;
-using Bytes = std::vector<uint8_t>;
-
-fs::path fresh_dir() {
-  fs::path dir =
-      fs::temp_directory_path() / ("gradus_mnist_test_" + std::to_string(testing::fresh_seed()));
-  fs::create_directories(dir);
-  return dir;
-}
-
-Bytes idx_u8(const std::vector<uint32_t>& dims, const Bytes& payload) {
-  Bytes b = {0, 0, 0x08, static_cast<uint8_t>(dims.size())};
-  for (uint32_t d : dims) {
-    for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(d >> s));
-  }
-  b.insert(b.end(), payload.begin(), payload.end());
-  return b;
-}
+using namespace test;  // NOLINT: the IDX writers
 
 void write_gz(const fs::path& path, const Bytes& bytes) {
-  gzFile f = gzopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
-            static_cast<int>(bytes.size()));
-  ASSERT_EQ(gzclose(f), Z_OK);
-}
-
-void write_raw(const fs::path& path, const Bytes& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
+  write_file(path, gzip_bytes(bytes));
 }
 
 struct Split {
@@ -74,15 +47,15 @@ std::string io_error_message(Fn fn) {
 TEST(Mnist, LoadsAndNormalisesSyntheticFiles) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(seed);
-  const fs::path dir = fresh_dir();
+  const TempDir dir("gradus_mnist_test_");
   const uint32_t n = 9;
   const Split s = random_split(n, seed);
   write_gz(dir / "t10k-images-idx3-ubyte.gz", idx_u8({n, 28, 28}, s.pixels));
   // Uncompressed files are found too.
-  write_raw(dir / "t10k-labels-idx1-ubyte", idx_u8({n}, s.labels));
+  write_file(dir / "t10k-labels-idx1-ubyte", idx_u8({n}, s.labels));
 
   for (int64_t limit : {int64_t{-1}, int64_t{4}}) {
-    auto ds = load_fashion_mnist(dir.string(), /*train=*/false, limit);
+    auto ds = load_fashion_mnist(dir.path().string(), /*train=*/false, limit);
     const int64_t expect_n = limit < 0 ? n : limit;
     ASSERT_EQ(ds->size(), expect_n);
     ASSERT_EQ(ds->inputs().sizes(), (Shape{expect_n, 1, 28, 28}));
@@ -99,7 +72,7 @@ TEST(Mnist, LoadsAndNormalisesSyntheticFiles) {
     }
   }
   // MNIST uses its own statistics.
-  auto mnist = load_mnist(dir.string(), false);
+  auto mnist = load_mnist(dir.path().string(), false);
   EXPECT_NEAR(mnist->inputs().data_ptr<float>()[5], (s.pixels[5] / 255.0 - 0.1307) / 0.3081, 1e-5);
 }
 
@@ -113,33 +86,33 @@ TEST(Mnist, MissingDirectoryNamesTheFix) {
 }
 
 TEST(Mnist, MissingFileIsNamed) {
-  const fs::path dir = fresh_dir();
+  const TempDir dir("gradus_mnist_test_");
   const Split s = random_split(3, testing::fresh_seed());
   write_gz(dir / "train-images-idx3-ubyte.gz", idx_u8({3, 28, 28}, s.pixels));
-  const std::string msg = io_error_message([&] { load_fashion_mnist(dir.string(), true); });
+  const std::string msg = io_error_message([&] { load_fashion_mnist(dir.path().string(), true); });
   EXPECT_NE(msg.find("train-labels-idx1-ubyte.gz"), std::string::npos) << msg;
   EXPECT_NE(msg.find("dataset-fashion-mnist"), std::string::npos) << msg;
 }
 
 TEST(Mnist, CountMismatchAndBadLabels) {
-  const fs::path dir = fresh_dir();
+  const TempDir dir("gradus_mnist_test_");
   const Split s = random_split(5, testing::fresh_seed());
   write_gz(dir / "train-images-idx3-ubyte.gz", idx_u8({5, 28, 28}, s.pixels));
   write_gz(dir / "train-labels-idx1-ubyte.gz",
            idx_u8({4}, Bytes(s.labels.begin(), s.labels.end() - 1)));
-  std::string msg = io_error_message([&] { load_fashion_mnist(dir.string(), true); });
+  std::string msg = io_error_message([&] { load_fashion_mnist(dir.path().string(), true); });
   EXPECT_NE(msg.find("5 images"), std::string::npos) << msg;
   EXPECT_NE(msg.find("4 labels"), std::string::npos) << msg;
 
   Bytes bad = s.labels;
   bad[2] = 10;
   write_gz(dir / "train-labels-idx1-ubyte.gz", idx_u8({5}, bad));
-  msg = io_error_message([&] { load_fashion_mnist(dir.string(), true); });
+  msg = io_error_message([&] { load_fashion_mnist(dir.path().string(), true); });
   EXPECT_NE(msg.find("label 10 at index 2"), std::string::npos) << msg;
 
   // Images and labels swapped: the magic numbers say which is which.
   write_gz(dir / "train-labels-idx1-ubyte.gz", idx_u8({5, 28, 28}, s.pixels));
-  msg = io_error_message([&] { load_fashion_mnist(dir.string(), true); });
+  msg = io_error_message([&] { load_fashion_mnist(dir.path().string(), true); });
   EXPECT_NE(msg.find("expected 0x00000801"), std::string::npos) << msg;
 }
 

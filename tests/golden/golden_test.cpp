@@ -73,7 +73,7 @@ struct GoldenOp {
   double f32_scale = 1.0;  // loosens the float32 tolerance (with a reason at the entry)
 };
 
-std::vector<GoldenOp> golden_ops() {
+std::vector<GoldenOp> make_golden_ops() {
   using M = std::map<std::string, Tensor>;
   auto ce = [](double smoothing, int64_t ignore, bool weighted, Reduction r) {
     return [=](M& x) {
@@ -140,10 +140,19 @@ std::vector<GoldenOp> golden_ops() {
   };
 }
 
+const std::vector<GoldenOp>& golden_ops() {
+  static const std::vector<GoldenOp> ops = make_golden_ops();
+  return ops;
+}
+
 struct OpParam {
   size_t index;
   DType dtype;
 };
+
+void PrintTo(const OpParam& p, std::ostream* os) {
+  *os << golden_ops()[p.index].name << " " << tag(p.dtype);
+}
 
 class GoldenOps : public ::testing::TestWithParam<OpParam> {};
 
@@ -228,6 +237,8 @@ struct ModelParam {
   DType dtype;
 };
 
+void PrintTo(const ModelParam& p, std::ostream* os) { *os << p.name << " " << tag(p.dtype); }
+
 class GoldenModel : public ::testing::TestWithParam<ModelParam> {
  protected:
   const io::SafetensorsFile& file() const { return golden(GetParam().name + ".safetensors"); }
@@ -277,15 +288,22 @@ TEST_P(GoldenModel, AdamTwoSteps) {
   o.eps = 1e-8;
   o.weight_decay = 1e-3;
   optim::Adam opt(m->parameters(), o);
+  // Adam divides each gradient element by its own magnitude. Where that is ~0 in float32 (the
+  // conv bias before a BatchNorm has an exactly-zero true gradient, float32 leaves ~1e-9 of
+  // noise) or where it cancels against weight decay, rounding moves the update by up to ~1e-3 of
+  // lr (1e-2): 2e-5 absolute. Float64 stays tight and catches any difference in the formula.
+  const Tol weights_tol = dtype() == DType::f64 ? tol() : Tol{1e-4, 2e-5};
   for (int step = 1; step <= 2; ++step) {
     opt.zero_grad();
     Tensor loss = loss_of(*m);
-    if (step == 2) EXPECT_TRUE(close(loss, file().at("adam.loss2"), tol(), "loss at step 2"));
+    if (step == 2) {
+      EXPECT_TRUE(close(loss, file().at("adam.loss2"), tol(), "loss at step 2"));
+    }
     loss.backward();
     opt.step();
     for (const auto& [name, p] : m->named_parameters()) {
       const std::string key = "adam.step" + std::to_string(step) + "." + name;
-      EXPECT_TRUE(close(p, file().at(key), tol(), key));
+      EXPECT_TRUE(close(p, file().at(key), weights_tol, key));
     }
   }
 }
@@ -302,7 +320,9 @@ TEST_P(GoldenModel, SgdMomentumTwoSteps) {
   for (int step = 1; step <= 2; ++step) {
     opt.zero_grad();
     Tensor loss = loss_of(*m);
-    if (step == 2) EXPECT_TRUE(close(loss, file().at("sgd.loss2"), tol(), "loss at step 2"));
+    if (step == 2) {
+      EXPECT_TRUE(close(loss, file().at("sgd.loss2"), tol(), "loss at step 2"));
+    }
     loss.backward();
     opt.step();
     for (const auto& [name, p] : m->named_parameters()) {

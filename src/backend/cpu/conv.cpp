@@ -1,377 +1,33 @@
-// conv2d forward, backward-data and backward-weight on the CPU.
-//
-// One register-blocked micro-kernel does all the arithmetic (no im2col, no BLAS):
-//
-//   C[i][o] (+)= sum_j  base[rowoff[i] + loopoff[j]] * B[j][o]      i < R rows, o < V vectors
-//
-// The scalar operand is broadcast straight out of a (zero-padded) input image through two offset
-// tables, so any stride / dilation / padding costs nothing extra and no column matrix is built;
-// the vector operand B is contiguous along output channels (weights packed [K][O], or the
-// transposed upstream gradient [P][O]). The result comes out position-major ([P][O]) and is
-// transposed into NCHW by 8x8 blocks.
-//   forward:          rows = output positions q, loop = (c, kh, kw),  B = weights^T
-//   backward-weight:  rows = (c, kh, kw),        loop = positions q,  B = grad_out^T
+// conv2d forward, backward-data and backward-weight on the CPU (float32 / float64; half types via
+// float32 copies). The arithmetic is the register-blocked micro-kernel of conv_kernels.h, which
+// broadcasts input values straight out of a zero-padded image through offset tables (no im2col,
+// no BLAS) against a vector operand contiguous along output channels:
+//   forward:          rows = output positions, loop = taps (c, kh, kw), vectors = weights^T.
+//                     Whole rows of a multiple of 7 positions (MNIST, ResNet sizes) run as unit
+//                     tiles that store straight into NCHW; other shapes go through a [P][O] tile
+//                     buffer and a blocked transpose.
 //   backward-data:    stride 1 -> the forward of grad_out with flipped, transposed weights;
-//                     otherwise column tiles (rows = q, loop = o, B = weights) + col2im.
-// Work is split over images (and over position/row chunks when the batch is smaller than the
-// thread count); each thread owns its scratch buffers, kept between calls (thread_local).
+//                     otherwise (or with very few input channels) column tiles + col2im.
+//   backward-weight:  rows = taps, loop = positions, vectors = grad_out^T (transposed per image;
+//                     the bias gradient is summed from that copy); small reductions over long
+//                     planes (a first layer) use dot products along positions instead.
+// Work is split over images (and over position / tap chunks when the batch is smaller than the
+// thread count); every thread owns its scratch buffers, kept between calls (thread_local), and
+// reductions go through per-thread partial sums (deterministic for a given thread count).
 #include <omp.h>
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
-
+#include "backend/cpu/conv_kernels.h"
 #include "backend/cpu/cpu_backend.h"
 
 namespace gradus::backend::cpu {
 namespace {
 
-// ---------------------------------------------------------------------------------------- SIMD
-template <typename T>
-struct Vec;
-#if defined(__AVX512F__)
-constexpr int kMaxAcc = 24;  // of 32 zmm registers
-constexpr int kMaxVecs = 4;  // vectors of output channels per block
-template <>
-struct Vec<float> {
-  static constexpr int W = 16;
-  using R = __m512;
-  static R zero() { return _mm512_setzero_ps(); }
-  static R load(const float* p) { return _mm512_loadu_ps(p); }
-  static R set1(float v) { return _mm512_set1_ps(v); }
-  static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
-  static void store(float* p, R v) { _mm512_storeu_ps(p, v); }
-};
-template <>
-struct Vec<double> {
-  static constexpr int W = 8;
-  using R = __m512d;
-  static R zero() { return _mm512_setzero_pd(); }
-  static R load(const double* p) { return _mm512_loadu_pd(p); }
-  static R set1(double v) { return _mm512_set1_pd(v); }
-  static R fma(R a, R b, R c) { return _mm512_fmadd_pd(a, b, c); }
-  static void store(double* p, R v) { _mm512_storeu_pd(p, v); }
-};
-#elif defined(__AVX2__) && defined(__FMA__)
-constexpr int kMaxAcc = 12;  // of 16 ymm registers
-constexpr int kMaxVecs = 2;
-template <>
-struct Vec<float> {
-  static constexpr int W = 8;
-  using R = __m256;
-  static R zero() { return _mm256_setzero_ps(); }
-  static R load(const float* p) { return _mm256_loadu_ps(p); }
-  static R set1(float v) { return _mm256_set1_ps(v); }
-  static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
-  static void store(float* p, R v) { _mm256_storeu_ps(p, v); }
-};
-template <>
-struct Vec<double> {
-  static constexpr int W = 4;
-  using R = __m256d;
-  static R zero() { return _mm256_setzero_pd(); }
-  static R load(const double* p) { return _mm256_loadu_pd(p); }
-  static R set1(double v) { return _mm256_set1_pd(v); }
-  static R fma(R a, R b, R c) { return _mm256_fmadd_pd(a, b, c); }
-  static void store(double* p, R v) { _mm256_storeu_pd(p, v); }
-};
-#else
-constexpr int kMaxAcc = 8;  // portable scalar fallback; the compiler may still vectorise
-constexpr int kMaxVecs = 4;
-template <typename T>
-struct Vec {
-  static constexpr int W = 1;
-  using R = T;
-  static R zero() { return T(0); }
-  static R load(const T* p) { return *p; }
-  static R set1(T v) { return v; }
-  static R fma(R a, R b, R c) { return a * b + c; }
-  static void store(T* p, R v) { *p = v; }
-};
-#endif
-
-// Rows per tile for V output-channel vectors: R * V accumulators fill the register file, but
-// each row also needs a pointer register; past ~8 rows the compiler spills them (measured: V = 2
-// with 7 rows is ~10% faster than with 12).
-constexpr int rows_for(int v) {
-  return std::min(v == 2 ? 7 : 8, std::max(1, kMaxAcc / v));
-}
-
-// C[i][0..V*W) (+)= sum_j base[rowoff[i] + loopoff[j]] * B[j][0..V*W) for i < nrows (<= R).
-// Rows past nrows repeat the last valid row and are not stored. `init` (V*W values) seeds the
-// accumulators when not accumulating (bias), otherwise they start at C (accumulate) or zero.
-template <typename T, int R, int V>
-void micro_kernel(const T* base, const int64_t* rowoff, int nrows, const int64_t* loopoff,
-                  int64_t len, const T* B, int64_t ldb, T* C, int64_t ldc, const T* init,
-                  bool accumulate) {
-  using VT = Vec<T>;
-  constexpr int W = VT::W;
-  typename VT::R acc[R][V];
-  const T* p[R];
-#pragma GCC unroll 16
-  for (int i = 0; i < R; ++i) {
-    const int ii = i < nrows ? i : nrows - 1;
-    p[i] = base + rowoff[ii];
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) {
-      acc[i][v] = accumulate ? VT::load(C + ii * ldc + v * W)
-                             : (init ? VT::load(init + v * W) : VT::zero());
-    }
-  }
-  for (int64_t j = 0; j < len; ++j) {
-    const int64_t off = loopoff[j];
-    const T* b = B + j * ldb;
-    typename VT::R bv[V];
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) bv[v] = VT::load(b + v * W);
-#pragma GCC unroll 16
-    for (int i = 0; i < R; ++i) {
-      const typename VT::R a = VT::set1(p[i][off]);
-#pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) acc[i][v] = VT::fma(a, bv[v], acc[i][v]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < R; ++i) {
-    if (i < nrows) {
-#pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) VT::store(C + i * ldc + v * W, acc[i][v]);
-    }
-  }
-}
-
-// Unit tiles need 28 accumulators + 3 registers: AVX-512's 32 registers only.
-constexpr bool kUnitTiles = kMaxAcc >= 24;
-
-// micro_kernel for R consecutive output positions of one row at unit stride: row i reads
-// base + i + loopoff[j], so one pointer serves all rows (no spills at R = 14).
-template <typename T, int R, int V>
-void micro_kernel_unit(const T* p0, const int64_t* loopoff, int64_t len, const T* B, int64_t ldb,
-                       T* C, int64_t ldc, const T* init, bool accumulate) {
-  using VT = Vec<T>;
-  constexpr int W = VT::W;
-  typename VT::R acc[R][V];
-#pragma GCC unroll 16
-  for (int i = 0; i < R; ++i) {
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) {
-      acc[i][v] =
-          accumulate ? VT::load(C + i * ldc + v * W) : (init ? VT::load(init + v * W) : VT::zero());
-    }
-  }
-  for (int64_t j = 0; j < len; ++j) {
-    const T* p = p0 + loopoff[j];
-    const T* b = B + j * ldb;
-    typename VT::R bv[V];
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) bv[v] = VT::load(b + v * W);
-#pragma GCC unroll 16
-    for (int i = 0; i < R; ++i) {
-      const typename VT::R a = VT::set1(p[i]);
-#pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) acc[i][v] = VT::fma(a, bv[v], acc[i][v]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < R; ++i) {
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) VT::store(C + i * ldc + v * W, acc[i][v]);
-  }
-}
-
-// Runs the micro-kernel over rows [r0, r1) for output-channel vectors [0, nvec) of B/C, in
-// blocks of up to kMaxVecs vectors. rowoff is indexed by row; C row r lives at C + (r - r0) * ldc.
-template <typename T, int V>
-void run_block(const T* base, const int64_t* rowoff, int64_t r0, int64_t r1, const int64_t* loopoff,
-               int64_t len, const T* B, int64_t ldb, T* C, int64_t ldc, const T* init,
-               bool accumulate) {
-  constexpr int R = rows_for(V);
-  for (int64_t r = r0; r < r1; r += R) {
-    const int n = static_cast<int>(std::min<int64_t>(R, r1 - r));
-    micro_kernel<T, R, V>(base, rowoff + r, n, loopoff, len, B, ldb, C + (r - r0) * ldc, ldc, init,
-                          accumulate);
-  }
-}
-
-template <typename T, int R, int V>
-void run_unit(const T* base, const int64_t* rowoff, int64_t r0, int64_t r1, const int64_t* loopoff,
-              int64_t len, const T* B, int64_t ldb, T* C, int64_t ldc, const T* init,
-              bool accumulate) {
-  for (int64_t r = r0; r < r1; r += R)
-    micro_kernel_unit<T, R, V>(base + rowoff[r], loopoff, len, B, ldb, C + (r - r0) * ldc, ldc,
-                               init, accumulate);
-}
-
-// Rows [r0, r1) are whole output rows of `unit_row` (a multiple of 7) positions at unit stride.
-template <typename T>
-void run_tiles_unit(const T* base, const int64_t* rowoff, int64_t r0, int64_t r1,
-                    const int64_t* loopoff, int64_t len, const T* B, int64_t ldb, int64_t nvec,
-                    T* C, int64_t ldc, const T* init, bool accumulate, int64_t unit_row) {
-  constexpr int W = Vec<T>::W;
-  for (int64_t v0 = 0; v0 < nvec; v0 += 2) {
-    const T* Bv = B + v0 * W;
-    T* Cv = C + v0 * W;
-    const T* iv = init ? init + v0 * W : nullptr;
-    const bool two = nvec - v0 >= 2, r14 = unit_row % 14 == 0;
-    if (two && r14)
-      run_unit<T, 14, 2>(base, rowoff, r0, r1, loopoff, len, Bv, ldb, Cv, ldc, iv, accumulate);
-    else if (two)
-      run_unit<T, 7, 2>(base, rowoff, r0, r1, loopoff, len, Bv, ldb, Cv, ldc, iv, accumulate);
-    else if (r14)
-      run_unit<T, 14, 1>(base, rowoff, r0, r1, loopoff, len, Bv, ldb, Cv, ldc, iv, accumulate);
-    else
-      run_unit<T, 7, 1>(base, rowoff, r0, r1, loopoff, len, Bv, ldb, Cv, ldc, iv, accumulate);
-  }
-}
-
-template <typename T>
-void run_tiles(const T* base, const int64_t* rowoff, int64_t r0, int64_t r1, const int64_t* loopoff,
-               int64_t len, const T* B, int64_t ldb, int64_t nvec, T* C, int64_t ldc, const T* init,
-               bool accumulate) {
-  constexpr int W = Vec<T>::W;
-  for (int64_t v0 = 0; v0 < nvec; v0 += kMaxVecs) {
-    const int64_t nv = std::min<int64_t>(kMaxVecs, nvec - v0);
-    const T* Bv = B + v0 * W;
-    T* Cv = C + v0 * W;
-    const T* iv = init ? init + v0 * W : nullptr;
-    switch (nv) {
-      case 1:
-        run_block<T, 1>(base, rowoff, r0, r1, loopoff, len, Bv, ldb, Cv, ldc, iv, accumulate);
-        break;
-      case 2:
-        run_block<T, 2>(base, rowoff, r0, r1, loopoff, len, Bv, ldb, Cv, ldc, iv, accumulate);
-        break;
-      case 3:
-        run_block<T, 3>(base, rowoff, r0, r1, loopoff, len, Bv, ldb, Cv, ldc, iv, accumulate);
-        break;
-      default:
-        run_block<T, kMaxVecs>(base, rowoff, r0, r1, loopoff, len, Bv, ldb, Cv, ldc, iv,
-                               accumulate);
-        break;
-    }
-  }
-}
-
-#if defined(__AVX512F__)
-// GCC 12's AVX-512 shuffle intrinsics trip -Wmaybe-uninitialized on their own internal
-// _mm512_undefined_ps() (GCC bug 105593, fixed in GCC 13).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-// One 16x16 float block: dst[c * ldd + r] = src[r * lds + c], r, c < 16.
-inline void transpose16x16(const float* src, int64_t lds, float* dst, int64_t ldd) {
-  __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  const auto lo = [](__m512 a, __m512 b) {
-    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
-  };
-  const auto hi = [](__m512 a, __m512 b) {
-    return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
-  };
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = lo(t[i], t[i + 2]);
-    r[i + 1] = hi(t[i], t[i + 2]);
-    r[i + 2] = lo(t[i + 1], t[i + 3]);
-    r[i + 3] = hi(t[i + 1], t[i + 3]);
-  }
-  for (int h = 0; h < 16; h += 8) {
-    for (int i = 0; i < 4; ++i) {
-      t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
-      t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xdd);
-    }
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-  }
-  for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + i * ldd, r[i]);
-}
-#pragma GCC diagnostic pop
-#endif
-
-// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (16x16 / 8x8 vector blocks for
-// float, scalar 8-row strips otherwise).
-template <typename T>
-void transpose(const T* src, int64_t rows, int64_t cols, int64_t lds, T* dst, int64_t ldd) {
-  int64_t r = 0;
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) {
-    for (; r + 16 <= rows; r += 16) {
-      int64_t c = 0;
-      for (; c + 16 <= cols; c += 16)
-        transpose16x16(src + r * lds + c, lds, dst + c * ldd + r, ldd);
-      for (; c < cols; ++c)
-        for (int i = 0; i < 16; ++i) dst[c * ldd + r + i] = src[(r + i) * lds + c];
-    }
-  }
-#endif
-  for (; r + 8 <= rows; r += 8) {
-    int64_t c = 0;
-#if defined(__AVX2__)
-    if constexpr (std::is_same_v<T, float>) {
-      for (; c + 8 <= cols; c += 8) {
-        __m256 m[8], t[8];
-        for (int i = 0; i < 8; ++i) m[i] = _mm256_loadu_ps(src + (r + i) * lds + c);
-        t[0] = _mm256_unpacklo_ps(m[0], m[1]);
-        t[1] = _mm256_unpackhi_ps(m[0], m[1]);
-        t[2] = _mm256_unpacklo_ps(m[2], m[3]);
-        t[3] = _mm256_unpackhi_ps(m[2], m[3]);
-        t[4] = _mm256_unpacklo_ps(m[4], m[5]);
-        t[5] = _mm256_unpackhi_ps(m[4], m[5]);
-        t[6] = _mm256_unpacklo_ps(m[6], m[7]);
-        t[7] = _mm256_unpackhi_ps(m[6], m[7]);
-        m[0] = _mm256_shuffle_ps(t[0], t[2], 0x44);
-        m[1] = _mm256_shuffle_ps(t[0], t[2], 0xEE);
-        m[2] = _mm256_shuffle_ps(t[1], t[3], 0x44);
-        m[3] = _mm256_shuffle_ps(t[1], t[3], 0xEE);
-        m[4] = _mm256_shuffle_ps(t[4], t[6], 0x44);
-        m[5] = _mm256_shuffle_ps(t[4], t[6], 0xEE);
-        m[6] = _mm256_shuffle_ps(t[5], t[7], 0x44);
-        m[7] = _mm256_shuffle_ps(t[5], t[7], 0xEE);
-        for (int i = 0; i < 4; ++i) {
-          _mm256_storeu_ps(dst + (c + i) * ldd + r, _mm256_permute2f128_ps(m[i], m[i + 4], 0x20));
-          _mm256_storeu_ps(dst + (c + i + 4) * ldd + r,
-                           _mm256_permute2f128_ps(m[i], m[i + 4], 0x31));
-        }
-      }
-    }
-#endif
-    for (; c < cols; ++c) {
-      for (int i = 0; i < 8; ++i) dst[c * ldd + r + i] = src[(r + i) * lds + c];
-    }
-  }
-  for (; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
-  }
-}
-
-template <typename T>
-T* scratch(std::vector<T>& buf, size_t n) {
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
-
-// Scratch that persists between calls (no page faults from fresh allocations), zero filled.
-template <typename T>
-T* zeroed_scratch(std::vector<T>& buf, size_t n) {
-  T* p = scratch(buf, n);
-  std::fill(p, p + n, T(0));
-  return p;
-}
-
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
+using namespace convk;  // NOLINT: the kernels are this file's own building blocks
 
 constexpr int64_t kChunkBytes = 28 * 1024;
 
@@ -443,8 +99,9 @@ const T* padded_image(const T* x, const Geom& g, std::vector<T>& buf) {
   T* dst = scratch(buf, static_cast<size_t>(g.C * g.plane()));
   for (int64_t c = 0; c < g.C; ++c) {
     T* pc = dst + c * g.plane();
-    std::fill(pc, pc + g.ph * Wp, T(0));                    // top rows
-    std::fill(pc + (g.H + g.ph) * Wp, pc + Hp * Wp, T(0));  // bottom rows
+    // Top and bottom rows (a few dozen elements: loops, not memset calls).
+    for (int64_t i = 0; i < g.ph * Wp; ++i) pc[i] = T(0);
+    for (int64_t i = (g.H + g.ph) * Wp; i < Hp * Wp; ++i) pc[i] = T(0);
     for (int64_t h = 0; h < g.H; ++h) {
       T* row = pc + (h + g.ph) * Wp;
       for (int64_t w = 0; w < g.pw; ++w) row[w] = T(0);
@@ -467,18 +124,6 @@ Split split_work(int64_t n_images, int threads) {
 
 // Positions per forward chunk (see conv_forward).
 constexpr int64_t kPositionChunk = 48;
-
-// Prefetches (for writing) columns [c0, c1) of `rows` rows of a row-major [rows][ld] matrix.
-template <typename T>
-void prefetch_for_write(T* m, int64_t rows, int64_t ld, int64_t c0, int64_t c1) {
-  if (c0 >= c1) return;
-  for (int64_t r = 0; r < rows; ++r) {
-    const char* p = reinterpret_cast<const char*>(m + r * ld + c0);
-    const char* end = reinterpret_cast<const char*>(m + r * ld + c1);
-    for (; p < end; p += 64) __builtin_prefetch(p, 1, 3);
-    __builtin_prefetch(end - 1, 1, 3);
-  }
-}
 
 // Prefetches (into L2) slice `part` of `parts` of [p, p + n): the next image's input is pulled in
 // piecewise while the current one is computed, instead of stalling the padding/transposing.
@@ -536,35 +181,33 @@ void conv_forward(const T* x, const T* w, const T* bias, T* out, const Geom& g) 
       if (n != last_n) img = padded_image(x + n * g.C * g.H * g.W, g, pad_buf), last_n = n;
       for (int64_t gi = 0; gi < g.G; ++gi) {
         T* og = out + (n * g.O + gi * Og) * P;
-        // Position chunks: each is finished (all reduction chunks, then transposed into NCHW)
-        // before the next, and the next chunk's output lines are requested for writing up
-        // front, so their fetches overlap the arithmetic instead of stalling the stores.
+        const T* ig = img + gi * Cg * g.plane();
+        // Unit tiles: whole output rows of a multiple of 7 positions at stride 1 (ResNet's and
+        // MNIST's sizes) run as 7/14-position tiles and the last reduction chunk stores its
+        // results straight into NCHW. Otherwise, tiles of any positions go through tmp
+        // ([P][Opad]) and are transposed into NCHW per position chunk.
         const bool unit =
             kUnitTiles && g.sw == 1 && g.OW % 7 == 0 && q0 % g.OW == 0 && q1 % g.OW == 0;
         const int64_t pchunk =
             unit ? std::max<int64_t>(1, kPositionChunk / g.OW) * g.OW : kPositionChunk;
         for (int64_t qa = q0; qa < q1; qa += pchunk) {
           const int64_t qb = std::min(q1, qa + pchunk);
-          if (split.parts == 1 && n + 1 < g.N && gi + 1 == g.G) {
-            const int64_t chw = g.C * g.H * g.W;
-            prefetch_slice(x + (n + 1) * chw, chw, (qa - q0) / pchunk, ceil_div(q1 - q0, pchunk));
-          }
-          if (qa == q0) prefetch_for_write(og, Og, P, qa, qb);
-          prefetch_for_write(og, Og, P, qb, std::min(q1, qb + pchunk));
           // Reduction in chunks whose packed weights stay in L1 across the position tiles.
           for (int64_t k0 = 0; k0 < K; k0 += kchunk) {
-            if (unit)
-              run_tiles_unit<T>(img + gi * Cg * g.plane(), qoff.data(), qa, qb, koff.data() + k0,
-                                std::min(kchunk, K - k0), wpk + (gi * K + k0) * Opad, Opad, nvec,
-                                tmp + (qa - q0) * Opad, Opad,
-                                bias && k0 == 0 ? bpk + gi * Opad : nullptr, k0 > 0, g.OW);
-            else
-              run_tiles<T>(img + gi * Cg * g.plane(), qoff.data(), qa, qb, koff.data() + k0,
-                           std::min(kchunk, K - k0), wpk + (gi * K + k0) * Opad, Opad, nvec,
-                           tmp + (qa - q0) * Opad, Opad,
-                           bias && k0 == 0 ? bpk + gi * Opad : nullptr, k0 > 0);
+            const int64_t len = std::min(kchunk, K - k0);
+            const T* bk = wpk + (gi * K + k0) * Opad;
+            const T* init = bias && k0 == 0 ? bpk + gi * Opad : nullptr;
+            T* C = tmp + (qa - q0) * Opad;
+            if (unit) {
+              T* direct = k0 + len == K ? og : nullptr;
+              run_tiles_unit<T>(ig, qoff.data(), qa, qb, koff.data() + k0, len, bk, Opad, nvec, C,
+                                Opad, init, k0 > 0, g.OW, direct, P, Og);
+            } else {
+              run_tiles<T>(ig, qoff.data(), qa, qb, koff.data() + k0, len, bk, Opad, nvec, C, Opad,
+                           init, k0 > 0);
+            }
           }
-          transpose(tmp + (qa - q0) * Opad, qb - qa, Og, Opad, og + qa, P);
+          if (!unit) transpose(tmp + (qa - q0) * Opad, qb - qa, Og, Opad, og + qa, P);
         }
       }
     }
@@ -669,10 +312,6 @@ bool backward_weight_by_dots(const Geom& g, int threads) {
   return g.K() <= 32 && g.P() >= 8 * Vec<T>::W && g.N >= threads;
 }
 
-constexpr int kDotRows = 4, kDotCols = 5;  // 20 accumulators + 4 grad_out vectors
-
-// part[i][j][lane] += sum over vectors v of A[i][v] * B[j][v] (lanes kept apart). Rows past
-// na / nb repeat the last valid one and are not stored.
 template <typename T>
 void dot_tile(const T* A, int64_t lda, int na, const T* B, int64_t ldb, int nb, int64_t nvec,
               T* part, int64_t ld_part) {

@@ -59,9 +59,10 @@ void unit_floats(PhiloxState st, int64_t first, int64_t n, float* u) {
       first, n,
       [&](int64_t k, int64_t g0, int64_t blocks) {
         float* out = u + k;
+        const uint64_t base = st.offset + static_cast<uint64_t>(g0), key = st.seed;
 #pragma omp simd
         for (int64_t g = 0; g < blocks; ++g) {
-          const auto w = philox4x32(st.offset + static_cast<uint64_t>(g0 + g), st.seed);
+          const auto w = philox4x32(base + static_cast<uint64_t>(g), key);
           out[4 * g] = uint_to_unit_float(w[0]);
           out[4 * g + 1] = uint_to_unit_float(w[1]);
           out[4 * g + 2] = uint_to_unit_float(w[2]);
@@ -77,9 +78,10 @@ void raw_words(PhiloxState st, int64_t first, int64_t n, uint32_t* w) {
       first, n,
       [&](int64_t k, int64_t g0, int64_t blocks) {
         uint32_t* out = w + k;
+        const uint64_t base = st.offset + static_cast<uint64_t>(g0), key = st.seed;
 #pragma omp simd
         for (int64_t g = 0; g < blocks; ++g) {
-          const auto b = philox4x32(st.offset + static_cast<uint64_t>(g0 + g), st.seed);
+          const auto b = philox4x32(base + static_cast<uint64_t>(g), key);
           out[4 * g] = b[0];
           out[4 * g + 1] = b[1];
           out[4 * g + 2] = b[2];
@@ -106,11 +108,17 @@ void normal_floats(PhiloxState st, int64_t first, int64_t n, float* z) {
       first, n,
       [&](int64_t k, int64_t g0, int64_t blocks) {
         float* out = z + k;
+        const uint64_t base = st.offset + static_cast<uint64_t>(g0), key = st.seed;
 #pragma omp simd
         for (int64_t g = 0; g < blocks; ++g) {
-          const auto w = philox4x32(st.offset + static_cast<uint64_t>(g0 + g), st.seed);
-          box_muller(w[0], w[1], out[4 * g], out[4 * g + 1]);
-          box_muller(w[2], w[3], out[4 * g + 2], out[4 * g + 3]);
+          const auto w = philox4x32(base + static_cast<uint64_t>(g), key);
+          float n0, n1, n2, n3;
+          box_muller(w[0], w[1], n0, n1);
+          box_muller(w[2], w[3], n2, n3);
+          out[4 * g] = n0;
+          out[4 * g + 1] = n1;
+          out[4 * g + 2] = n2;
+          out[4 * g + 3] = n3;
         }
       },
       [&](int64_t k, int64_t i) {

@@ -18,7 +18,7 @@
 namespace gradus::backend::cpu {
 namespace {
 
-constexpr int64_t kCols = 64;         // outputs per group in column mode
+constexpr int64_t kCols = 256;        // outputs per group in column mode
 constexpr int64_t kChunk = 32768;     // reduced elements per task in row mode
 constexpr int64_t kChunkRows = 2048;  // reduced rows per task in column mode
 
@@ -70,27 +70,28 @@ constexpr W highest_of() {
                                               : std::numeric_limits<W>::max();
 }
 
-// Vectorised extreme of a contiguous run; `nan` reports whether any element was NaN.
+// Vectorised extreme of a contiguous run; `nan` reports whether any element was NaN. (The NaN
+// flag must be an int: GCC 12 does not vectorise a bool || reduction.)
 template <bool kMax, typename W, typename T>
 W run_extreme(const T* p, int64_t n, bool& nan) {
   W best = kMax ? lowest_of<W>() : highest_of<W>();
-  bool any_nan = false;
+  int32_t any = 0;
   if constexpr (kMax) {
-#pragma omp simd reduction(max : best) reduction(|| : any_nan)
+#pragma omp simd reduction(max : best) reduction(| : any)
     for (int64_t i = 0; i < n; ++i) {
       const W v = convert<W>(p[i]);
-      any_nan = any_nan || v != v;
+      any |= v != v;
       best = v > best ? v : best;
     }
   } else {
-#pragma omp simd reduction(min : best) reduction(|| : any_nan)
+#pragma omp simd reduction(min : best) reduction(| : any)
     for (int64_t i = 0; i < n; ++i) {
       const W v = convert<W>(p[i]);
-      any_nan = any_nan || v != v;
+      any |= v != v;
       best = v < best ? v : best;
     }
   }
-  nan = any_nan;
+  nan = any != 0;
   return best;
 }
 
