@@ -1,7 +1,6 @@
 // Train an MLP on Fashion-MNIST (Debian: sudo apt-get install dataset-fashion-mnist) and print
 // the test accuracy after each epoch.
 #include <gradus/gradus.h>
-#include <gradus/optim/adam.h>
 #include <cstdio>
 
 int main() try {

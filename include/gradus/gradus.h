@@ -10,15 +10,7 @@
 #include "gradus/core/tensor.h"
 #include "gradus/core/threads.h"
 #include "gradus/ops.h"
-#if __has_include("gradus/nn/nn.h")
 #include "gradus/nn/nn.h"
-#endif
-#if __has_include("gradus/optim/optim.h")
 #include "gradus/optim/optim.h"
-#endif
-#if __has_include("gradus/data/data.h")
 #include "gradus/data/data.h"
-#endif
-#if __has_include("gradus/io/io.h")
 #include "gradus/io/io.h"
-#endif
