@@ -6,6 +6,15 @@ include(FindPackageHandleStandardArgs)
 
 set(_cudnn_hints ${CUDNN_ROOT} $ENV{CUDNN_ROOT} $ENV{CUDNN_PATH} ${CUDAToolkit_LIBRARY_ROOT}
   ${CUDAToolkit_TARGET_DIR} /usr/local/cuda /usr)
+# The nvidia-cudnn wheel that ships with PyTorch (site-packages/nvidia/cudnn/{include,lib}).
+find_program(_cudnn_python NAMES python3 python)
+if(_cudnn_python)
+  execute_process(
+    COMMAND ${_cudnn_python} -c
+      "import glob, site, os; print(';'.join(d for b in site.getsitepackages() for d in glob.glob(os.path.join(b, 'nvidia', 'cudnn'))))"
+    OUTPUT_VARIABLE _cudnn_wheel OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  list(APPEND _cudnn_hints ${_cudnn_wheel})
+endif()
 find_path(CUDNN_INCLUDE_DIR cudnn.h
   HINTS ${_cudnn_hints}
   PATH_SUFFIXES include include/x86_64-linux-gnu include/aarch64-linux-gnu)
@@ -39,4 +48,4 @@ if(CUDNN_FOUND AND NOT TARGET CUDNN::cudnn)
     IMPORTED_LOCATION ${CUDNN_LIBRARY}
     INTERFACE_INCLUDE_DIRECTORIES ${CUDNN_INCLUDE_DIR})
 endif()
-mark_as_advanced(CUDNN_INCLUDE_DIR CUDNN_LIBRARY)
+mark_as_advanced(CUDNN_INCLUDE_DIR CUDNN_LIBRARY _cudnn_python)

@@ -82,11 +82,18 @@ if [ -x "$BUILD/tests/test_gpu" ]; then
   echo "using the carried build in $BUILD" | tee -a "$OUT/summary.txt" >"$OUT/build.log"
 else
   GEN=()
-  command -v ninja >/dev/null && GEN=(-G Ninja)
+  KEEP_GOING=(-- -k)
+  if command -v ninja >/dev/null; then
+    GEN=(-G Ninja)
+    KEEP_GOING=(-- -k 0)
+  fi
   stage configure 120 "$OUT/build.log" -- cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" \
     -DCMAKE_BUILD_TYPE=Release -DGRADUS_USE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DGRADUS_BUILD_TESTS=ON
-  stage build 330 "$OUT/build.log" -- cmake --build "$BUILD" -j"$JOBS"
+    -DGRADUS_BUILD_TESTS=ON -DGRADUS_CUDA_LINEINFO=ON
+  # What this check needs first, then everything else (a broken test elsewhere must not stop it).
+  stage "build gpu targets" 270 "$OUT/build.log" -- cmake --build "$BUILD" -j"$JOBS" \
+    --target test_gpu gradus_cli
+  stage "build all" 120 "$OUT/build.log" -- cmake --build "$BUILD" -j"$JOBS" "${KEEP_GOING[@]}"
 fi
 if [ ! -x "$BUILD/tests/test_gpu" ]; then
   echo "no test_gpu binary: see build.log" | tee -a "$OUT/summary.txt"

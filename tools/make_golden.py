@@ -4,8 +4,9 @@
     python3 tools/make_golden.py [--out tests/data/golden]
 
 Needs torch and safetensors (pip). The files are committed: PyTorch is never needed to build or
-run gradus's tests. Rerun only when a case is added or changed; the output is deterministic for
-a given PyTorch version (fixed seeds), and the test tolerances do not depend on the exact draw.
+run gradus's tests. Rerun only when a case is added or changed; the tensors written are the same
+on every run for a given PyTorch version (fixed seeds; the header's byte layout may differ), and
+the test tolerances do not depend on the exact draw.
 
 Conventions (golden_test.cpp relies on them):
   * Inputs and initial weights are float32 (what a training program holds). Every reference

@@ -32,8 +32,27 @@ struct TrainOptions {
   int64_t limit_train = -1;
   int64_t limit_test = -1;
   bool no_progress = false;
+  // Reliability (docs/reliability.md).
+  std::string checkpoint_dir;    // empty: no checkpoints
+  int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end of each epoch)
+  int keep_checkpoints = 3;      // newest complete checkpoints kept (0: all)
+  bool resume = false;           // continue from the newest complete checkpoint in checkpoint_dir
+  std::string save;              // final weights as safetensors (PyTorch state_dict names)
+  int64_t log_every = 0;         // > 0: a {"step","loss"} line in the metrics file every N steps
+  int64_t stop_after_steps = 0;  // > 0: checkpoint and stop after this many steps (in total)
+  bool detect_anomaly = false;
+  bool deterministic = false;
 };
 int run_train(const TrainOptions& o);
+
+struct InspectOptions {
+  std::string path;
+  bool json = false;    // one JSON object instead of a table
+  bool values = false;  // also read the data and count NaN/Inf per floating tensor
+};
+// Validates a safetensors file (exit code 1 with the reason when it is invalid) and lists its
+// tensors and metadata; for a gradus checkpoint also the step and data position.
+int run_inspect(const InspectOptions& o);
 
 struct BenchOptions {
   std::string model = "mlp";

@@ -2,6 +2,7 @@
 //   gradus train [--model mlp|cnn] [--epochs E] ...   train on Fashion-MNIST
 //   gradus bench --model mlp-large --batch-size 256    time training steps (one JSON line)
 //   gradus info                                        version, build, BLAS, devices
+//   gradus inspect FILE.safetensors [--json]           validate a file, list tensors + metadata
 // Exit codes: 0 success, 1 runtime error (message on stderr), 2 bad command line.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -81,12 +82,53 @@ void add_train(CLI::App& app, TrainOptions& o) {
   c->add_option("--workers", o.workers, "Data-loading threads (0: load in the training thread)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  c->add_option("--metrics", o.metrics, "Append one JSON line per epoch to this file");
+  CLI::Option* metrics =
+      c->add_option("--metrics", o.metrics, "Append one JSON line per epoch to this file");
+  c->add_option("--log-every", o.log_every,
+                "Also append {\"step\", \"loss\", ...} to --metrics every N steps (losses "
+                "printed exactly, for comparing runs)")
+      ->check(CLI::PositiveNumber)
+      ->needs(metrics);
   c->add_option("--limit-train", o.limit_train, "Use only the first N training examples")
       ->check(CLI::PositiveNumber);
   c->add_option("--limit-test", o.limit_test, "Use only the first N test examples")
       ->check(CLI::PositiveNumber);
   c->add_flag("--no-progress", o.no_progress, "Do not draw the progress bar");
+  // Reliability: checkpoints, exact resume, debugging switches (docs/reliability.md).
+  CLI::Option* dir = c->add_option(
+      "--checkpoint-dir", o.checkpoint_dir,
+      "Write crash-safe checkpoints (model, optimizer, scheduler, RNG, data position) here");
+  c->add_option("--checkpoint-every", o.checkpoint_every,
+                "Steps between checkpoints (0: at the end of each epoch)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->needs(dir);
+  c->add_option("--keep-checkpoints", o.keep_checkpoints,
+                "Keep the newest K complete checkpoints (0: all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->needs(dir);
+  c->add_flag("--resume", o.resume,
+              "Continue from the newest complete checkpoint in --checkpoint-dir (from scratch "
+              "when there is none); the run configuration must match")
+      ->needs(dir);
+  c->add_option("--save", o.save,
+                "Write the final weights to this .safetensors file (PyTorch state_dict names)");
+  c->add_option("--stop-after-steps", o.stop_after_steps,
+                "Stop cleanly (with a checkpoint) once this many steps have run in total")
+      ->check(CLI::PositiveNumber);
+  c->add_flag("--detect-anomaly", o.detect_anomaly,
+              "Check every op's outputs and gradients for NaN/Inf and name the op (slow)");
+  c->add_flag("--deterministic", o.deterministic,
+              "Forbid nondeterministic kernels (CUDA atomics); the CPU is always deterministic");
+}
+
+void add_inspect(CLI::App& app, gradus::cli::InspectOptions& o) {
+  CLI::App* c = app.add_subcommand(
+      "inspect", "Validate a .safetensors file (or checkpoint) and list its tensors and metadata");
+  c->add_option("file", o.path, "The .safetensors file")->required();
+  c->add_flag("--json", o.json, "Print one JSON object instead of a table");
+  c->add_flag("--values", o.values, "Also read the data and count NaN/Inf in each float tensor");
 }
 
 void add_bench(CLI::App& app, BenchOptions& o) {
@@ -128,6 +170,8 @@ int main(int argc, char** argv) {
   BenchOptions bench;
   add_train(app, train);
   add_bench(app, bench);
+  gradus::cli::InspectOptions inspect;
+  add_inspect(app, inspect);
   app.add_subcommand("info", "Version, build options, threads, BLAS and devices");
   try {
     app.parse(argc, argv);
@@ -138,6 +182,7 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("train")) return gradus::cli::run_train(train);
     if (app.got_subcommand("bench")) return gradus::cli::run_bench(bench);
+    if (app.got_subcommand("inspect")) return gradus::cli::run_inspect(inspect);
     return gradus::cli::run_info();
   } catch (const std::exception& e) {  // gradus::Error and anything else: never an abort
     std::fprintf(stderr, "gradus: error: %s\n", e.what());

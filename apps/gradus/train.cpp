@@ -1,17 +1,36 @@
 // gradus train: a classifier on (Fashion-)MNIST with a seeded loader, a per-step LR schedule, a
 // progress bar, per-epoch evaluation and JSONL metrics. The last line of stdout is
 // "test_accuracy=<value>" so scripts can read the result.
+//
+// Checkpoints (--checkpoint-dir): the whole training state (model, optimizer, scheduler, RNG,
+// data-loader position, step, the epoch's running loss and the run configuration) is written
+// atomically every --checkpoint-every steps, at the end of the run, on --stop-after-steps and on
+// SIGINT/SIGTERM. --resume continues from the newest complete one; on the CPU the resumed run is
+// bitwise identical to an uninterrupted one (same losses, same final weights) for the same
+// thread count. See docs/reliability.md.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 
 #include "commands.h"
+#include "gradus/core/determinism.h"
 #include "gradus/gradus.h"
+#include "gradus/io/io.h"
 #include "gradus/nn/models.h"
 #include "gradus/optim/optim.h"
 #include "progress.h"
+#include "run_state.h"
 
 namespace gradus::cli {
 
@@ -81,20 +100,178 @@ EvalResult evaluate(nn::Module& model, data::DataLoader& loader) {
           static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(count, 1))};
 }
 
+// SIGINT/SIGTERM while checkpointing is on: finish the current step, write a checkpoint, exit.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+}
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;  // a second Ctrl-C ends the process at once
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+// Temp files "<ckpt>.tmp.<pid>" left by a writer that was killed mid-write (AtomicFile never
+// renamed them). Only files of processes that no longer exist are removed.
+int remove_stale_temp_files(const std::string& dir) {
+  namespace fs = std::filesystem;
+  int removed = 0;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!io::is_atomic_temp_name(name)) continue;
+    const long pid = std::strtol(name.substr(name.rfind('.') + 1).c_str(), nullptr, 10);
+    if (pid <= 0 || pid == static_cast<long>(::getpid())) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // still running
+    std::error_code ec2;
+    if (fs::remove(e.path(), ec2)) ++removed;
+  }
+  return removed;
+}
+
+// Writes checkpoints of one run; skips a save that would repeat the last one exactly.
+class Checkpointer {
+ public:
+  Checkpointer(const TrainOptions& o, nn::Module& model, optim::Optimizer& optimizer,
+               optim::LRScheduler* scheduler, std::string config)
+      : o_(o),
+        model_(model),
+        optimizer_(optimizer),
+        scheduler_(scheduler),
+        config_(std::move(config)) {}
+
+  bool enabled() const { return !o_.checkpoint_dir.empty(); }
+
+  // The state after `step` optimizer steps, with the loader at `next` (the next batch to train
+  // on) and the running loss of the epoch in progress.
+  std::string save(int64_t step, data::LoaderPosition next, double loss_sum, int64_t samples) {
+    if (!enabled()) return {};
+    if (step == last_step_ && next == last_position_) return last_path_;
+    io::TrainingState s = io::capture_training_state(model_, &optimizer_, step, scheduler_);
+    s.epoch = next.epoch;
+    s.batch_index = next.batch;
+    s.config = config_;
+    store_epoch_progress(s, loss_sum, samples);
+    last_path_ = io::save_checkpoint(o_.checkpoint_dir, step, s, o_.keep_checkpoints);
+    last_step_ = step;
+    last_position_ = next;
+    return last_path_;
+  }
+
+  // Marks the state loaded by --resume as already saved.
+  void loaded(int64_t step, data::LoaderPosition position, std::string path) {
+    last_step_ = step;
+    last_position_ = position;
+    last_path_ = std::move(path);
+  }
+
+ private:
+  const TrainOptions& o_;
+  nn::Module& model_;
+  optim::Optimizer& optimizer_;
+  optim::LRScheduler* scheduler_;
+  std::string config_;
+  int64_t last_step_ = -1;
+  data::LoaderPosition last_position_{-1, -1};
+  std::string last_path_;
+};
+
+// Where a run starts: from scratch, or from the newest complete checkpoint (--resume).
+struct StartPoint {
+  int64_t step = 0;
+  data::LoaderPosition position;
+  double epoch_loss_sum = 0;
+  int64_t epoch_samples = 0;
+  std::string path;  // the checkpoint resumed from ("" = from scratch)
+};
+
+StartPoint find_start(const TrainOptions& o, const std::string& config, nn::Module& model,
+                      optim::Optimizer& optimizer, optim::LRScheduler* scheduler) {
+  StartPoint start;
+  if (o.checkpoint_dir.empty()) return start;
+  const auto all = io::list_checkpoints(o.checkpoint_dir);
+  const std::optional<std::string> latest = io::latest_checkpoint(o.checkpoint_dir);
+  if (!o.resume) {
+    GRADUS_CHECK(all.empty(), ValueError, "train: the checkpoint directory '", o.checkpoint_dir,
+                 "' already holds ", all.size(),
+                 " checkpoint(s) of a run (newest: ", all.empty() ? "" : all.back().second,
+                 "); pass --resume to continue that run, or choose an empty --checkpoint-dir");
+    return start;
+  }
+  const int stale = remove_stale_temp_files(o.checkpoint_dir);
+  if (stale > 0) {
+    std::fprintf(stderr, "gradus train: removed %d temp file(s) of interrupted checkpoint writes\n",
+                 stale);
+  }
+  if (!latest) {
+    if (all.empty()) {
+      std::fprintf(stderr,
+                   "gradus train: --resume: no checkpoint in '%s' yet; starting at step 0\n",
+                   o.checkpoint_dir.c_str());
+    } else {
+      std::fprintf(stderr,
+                   "gradus train: --resume: none of the %zu checkpoint file(s) in '%s' is "
+                   "complete and valid (newest: %s); starting at step 0\n",
+                   all.size(), o.checkpoint_dir.c_str(), all.back().second.c_str());
+    }
+    return start;
+  }
+  // Newer files that failed validation are named, so a silently skipped checkpoint is visible.
+  for (auto it = all.rbegin(); it != all.rend() && it->second != *latest; ++it) {
+    std::fprintf(stderr, "gradus train: --resume: skipping %s: it is incomplete or invalid\n",
+                 it->second.c_str());
+  }
+  const io::TrainingState state = io::load_checkpoint(*latest);
+  for (const std::string& note : check_resume_config(state.config, config, *latest)) {
+    std::fprintf(stderr, "gradus train: warning: %s\n", note.c_str());
+  }
+  io::restore_training_state(state, model, &optimizer, scheduler, /*restore_rng=*/true);
+  start.step = state.step;
+  start.position = {state.epoch, state.batch_index};
+  load_epoch_progress(state, start.epoch_loss_sum, start.epoch_samples);
+  start.path = *latest;
+  std::fprintf(stderr, "gradus train: resuming from %s (step %lld, epoch %lld, batch %lld)\n",
+               latest->c_str(), static_cast<long long>(start.step),
+               static_cast<long long>(start.position.epoch + 1),
+               static_cast<long long>(start.position.batch));
+  return start;
+}
+
 }  // namespace
 
 int run_train(const TrainOptions& o) {
   apply_threads(o.threads);
   const Device device = resolve_device(o.device);
   manual_seed(o.seed);
+  set_deterministic(o.deterministic);
+  if (o.detect_anomaly) set_detect_anomaly(true);
 
-  // Fail on an unwritable metrics file before spending time on training.
+  // Fail on an unwritable metrics file or --save path before spending time on training.
   std::ofstream metrics;
   if (!o.metrics.empty()) {
     metrics.open(o.metrics, std::ios::app);
     GRADUS_CHECK(metrics.good(), IOError, "train: cannot open the metrics file '", o.metrics,
                  "' for appending");
   }
+  if (!o.save.empty()) {
+    const std::filesystem::path parent = std::filesystem::path(o.save).parent_path();
+    std::error_code ec;
+    GRADUS_CHECK(parent.empty() || std::filesystem::is_directory(parent, ec), IOError,
+                 "train: --save ", o.save, ": the directory '", parent.string(),
+                 "' does not exist");
+  }
+  auto write_metrics = [&](const nlohmann::ordered_json& line) {
+    if (!metrics.is_open()) return;
+    metrics << line.dump() << '\n';
+    metrics.flush();
+    GRADUS_CHECK(metrics.good(), IOError, "train: writing the metrics file '", o.metrics,
+                 "' failed");
+  };
 
   const bool mnist = o.data == "mnist";
   GRADUS_CHECK(!mnist || !o.data_dir.empty(), ValueError,
@@ -125,22 +302,49 @@ int run_train(const TrainOptions& o) {
   const int64_t total_steps = steps_per_epoch * o.epochs;
   std::fprintf(stderr,
                "gradus train: model %s (%lld parameters), %s %lld train / %lld test examples, "
-               "device %s, %d threads, %s lr %g, batch %lld, %d epochs\n",
+               "device %s, %d threads, %s lr %g, batch %lld, %d epochs%s%s\n",
                o.model.c_str(), static_cast<long long>(model->num_parameters()), o.data.c_str(),
                static_cast<long long>(train_set->size()), static_cast<long long>(test_set->size()),
                device.str().c_str(), get_num_threads(), o.optimizer.c_str(), o.lr,
-               static_cast<long long>(o.batch_size), o.epochs);
+               static_cast<long long>(o.batch_size), o.epochs,
+               o.deterministic ? ", deterministic" : "",
+               o.detect_anomaly ? ", anomaly detection on" : "");
 
   const std::shared_ptr<optim::LRScheduler> scheduler =
       make_scheduler(o, *optimizer, total_steps, steps_per_epoch);
 
+  const std::string config = run_config_json(o, get_num_threads(), device.str());
+  const StartPoint start = find_start(o, config, *model, *optimizer, scheduler.get());
+  Checkpointer checkpoints(o, *model, *optimizer, scheduler.get(), config);
+  if (!start.path.empty()) checkpoints.loaded(start.step, start.position, start.path);
+  if (checkpoints.enabled()) install_stop_handlers();
+
+  int64_t step = start.step;
+  // A clean stop (--stop-after-steps or SIGINT/SIGTERM) after `step`: checkpoint, report, exit.
+  auto stop = [&](data::LoaderPosition next, double loss_sum, int64_t samples, const char* why) {
+    const std::string path = checkpoints.save(step, next, loss_sum, samples);
+    std::fprintf(stderr, "gradus train: stopped after step %lld (%s)%s%s\n",
+                 static_cast<long long>(step), why, path.empty() ? "" : "; checkpoint ",
+                 path.c_str());
+    std::printf("stopped_at_step=%lld\n", static_cast<long long>(step));
+    std::fflush(stdout);
+  };
+  if (o.stop_after_steps > 0 && step >= o.stop_after_steps) {
+    stop(start.position, start.epoch_loss_sum, start.epoch_samples, "--stop-after-steps");
+    return 0;
+  }
+
   EvalResult result;
-  for (int epoch = 0; epoch < o.epochs; ++epoch) {
-    train_loader.set_epoch(epoch);
+  bool evaluated = false;
+  for (int64_t epoch = start.position.epoch; epoch < o.epochs; ++epoch) {
+    const bool resumed_epoch = epoch == start.position.epoch;
+    train_loader.set_position(resumed_epoch ? start.position : data::LoaderPosition{epoch, 0});
     Progress bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs),
                  steps_per_epoch, !o.no_progress);
-    double loss_sum = 0;  // sum over examples of this epoch
-    int64_t samples = 0, batch_index = 0;
+    // Sums over the examples of this epoch (restored mid-epoch so the summary matches).
+    double loss_sum = resumed_epoch ? start.epoch_loss_sum : 0.0;
+    int64_t samples = resumed_epoch ? start.epoch_samples : 0;
+    int64_t samples_here = 0;  // trained by this process (for samples/s)
     double lr = optimizer->lr();
     for (data::Example& batch : train_loader) {
       lr = optimizer->lr();
@@ -149,42 +353,65 @@ int run_train(const TrainOptions& o) {
       loss.backward();
       optimizer->step();
       if (scheduler) scheduler->step();
+      ++step;
+      const data::LoaderPosition next = train_loader.position();  // (epoch, this batch + 1)
       const double value = loss.item();
       GRADUS_CHECK(std::isfinite(value), ValueError, "train: the loss became ", value, " at epoch ",
-                   epoch + 1, ", step ", batch_index + 1, ": training diverged; lower --lr (now ",
-                   lr, ") or add --warmup-steps");
+                   epoch + 1, ", step ", step, ": training diverged; lower --lr (now ", lr,
+                   ") or add --warmup-steps; --detect-anomaly names the op that produced it");
       const int64_t n = batch.target.size(0);
       loss_sum += value * static_cast<double>(n);
       samples += n;
-      bar.update(++batch_index, loss_sum / static_cast<double>(samples), samples);
+      samples_here += n;
+      if (o.log_every > 0 && step % o.log_every == 0) {
+        write_metrics({{"step", step}, {"epoch", epoch + 1}, {"loss", value}, {"lr", lr}});
+      }
+      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) {
+        checkpoints.save(step, next, loss_sum, samples);
+      }
+      if (o.stop_after_steps > 0 && step >= o.stop_after_steps) {
+        stop(next, loss_sum, samples, "--stop-after-steps");
+        return 0;
+      }
+      if (g_stop_signal != 0) {
+        const int sig = g_stop_signal;
+        stop(next, loss_sum, samples, sig == SIGINT ? "SIGINT" : "SIGTERM");
+        return 128 + sig;
+      }
+      bar.update(next.batch, loss_sum / static_cast<double>(std::max<int64_t>(samples, 1)),
+                 samples_here);
     }
     bar.finish();
     const double train_seconds = bar.elapsed_seconds();
     result = evaluate(*model, test_loader);
+    evaluated = true;
     const double epoch_seconds = bar.elapsed_seconds();
-    const double samples_per_s = static_cast<double>(samples) / std::max(train_seconds, 1e-9);
+    const double samples_per_s = static_cast<double>(samples_here) / std::max(train_seconds, 1e-9);
     const double train_loss = loss_sum / static_cast<double>(std::max<int64_t>(samples, 1));
     std::printf(
-        "epoch %d/%d train_loss %.4f test_loss %.4f test_accuracy %.4f (%.1f s, %.0f "
+        "epoch %lld/%d train_loss %.4f test_loss %.4f test_accuracy %.4f (%.1f s, %.0f "
         "samples/s, lr %.3g)\n",
-        epoch + 1, o.epochs, train_loss, result.loss, result.accuracy, epoch_seconds, samples_per_s,
-        lr);
+        static_cast<long long>(epoch + 1), o.epochs, train_loss, result.loss, result.accuracy,
+        epoch_seconds, samples_per_s, lr);
     std::fflush(stdout);
-    if (metrics.is_open()) {
-      const nlohmann::ordered_json line = {{"epoch", epoch + 1},
-                                           {"train_loss", train_loss},
-                                           {"test_loss", result.loss},
-                                           {"test_accuracy", result.accuracy},
-                                           {"epoch_seconds", epoch_seconds},
-                                           {"samples_per_s", samples_per_s},
-                                           {"lr", lr},
-                                           {"model", o.model},
-                                           {"device", device.str()}};
-      metrics << line.dump() << '\n';
-      metrics.flush();
-      GRADUS_CHECK(metrics.good(), IOError, "train: writing the metrics file '", o.metrics,
-                   "' failed");
-    }
+    write_metrics({{"epoch", epoch + 1},
+                   {"train_loss", train_loss},
+                   {"test_loss", result.loss},
+                   {"test_accuracy", result.accuracy},
+                   {"epoch_seconds", epoch_seconds},
+                   {"samples_per_s", samples_per_s},
+                   {"lr", lr},
+                   {"step", step},
+                   {"model", o.model},
+                   {"device", device.str()}});
+    if (o.checkpoint_every == 0) checkpoints.save(step, {epoch + 1, 0}, 0.0, 0);
+  }
+  // The final state (a --resume of a finished run finds nothing left to do).
+  checkpoints.save(step, {std::max<int64_t>(o.epochs, start.position.epoch), 0}, 0.0, 0);
+  if (!evaluated) result = evaluate(*model, test_loader);  // resumed after the last epoch
+  if (!o.save.empty()) {
+    io::save_module(*model, o.save, {{"format", "pt"}, {"gradus.model", o.model}});
+    std::fprintf(stderr, "gradus train: wrote the final weights to %s\n", o.save.c_str());
   }
   std::printf("test_accuracy=%.4f\n", result.accuracy);
   return 0;

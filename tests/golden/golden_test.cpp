@@ -24,8 +24,9 @@ const io::SafetensorsFile& golden(const std::string& file) {
   static std::map<std::string, io::SafetensorsFile> cache;
   auto it = cache.find(file);
   if (it == cache.end()) {
-    it = cache.emplace(file, io::read_safetensors(std::string(GRADUS_TEST_DATA_DIR) + "/golden/" +
-                                                  file))
+    it = cache
+             .emplace(file,
+                      io::read_safetensors(std::string(GRADUS_TEST_DATA_DIR) + "/golden/" + file))
              .first;
   }
   return it->second;
@@ -62,7 +63,9 @@ struct Tol {
          << "); worst flat index " << worst << ": gradus " << a[worst] << ", PyTorch " << e[worst];
 }
 
-std::string tag(DType t) { return t == DType::f64 ? "f64" : "f32"; }
+std::string tag(DType t) {
+  return t == DType::f64 ? "f64" : "f32";
+}
 
 // ------------------------------------------------------------------------------------- ops
 struct GoldenOp {
@@ -102,29 +105,45 @@ std::vector<GoldenOp> make_golden_ops() {
   return {
       {"linear", {"x", "w", "b"}, {}, [](M& x) { return linear(x["x"], x["w"], x["b"]); }},
       {"linear_3d", {"x", "w", "b"}, {}, [](M& x) { return linear(x["x"], x["w"], x["b"]); }},
-      {"conv2d", {"x", "w", "b"}, {},
+      {"conv2d",
+       {"x", "w", "b"},
+       {},
        [pad1](M& x) { return conv2d(x["x"], x["w"], x["b"], pad1); }},
-      {"conv2d_s2_d2_g2", {"x", "w", "b"}, {},
+      {"conv2d_s2_d2_g2",
+       {"x", "w", "b"},
+       {},
        [strided](M& x) { return conv2d(x["x"], x["w"], x["b"], strided); }},
-      {"cross_entropy_smoothing", {"logits"}, {"target", "weight"},
+      {"cross_entropy_smoothing",
+       {"logits"},
+       {"target", "weight"},
        ce(0.1, -100, false, Reduction::mean)},
-      {"cross_entropy_weight_smoothing", {"logits"}, {"target", "weight"},
+      {"cross_entropy_weight_smoothing",
+       {"logits"},
+       {"target", "weight"},
        ce(0.2, -100, true, Reduction::mean)},
       {"cross_entropy_all", {"logits"}, {"target", "weight"}, ce(0.15, 2, true, Reduction::mean)},
       {"cross_entropy_none", {"logits"}, {"target", "weight"}, ce(0.1, 1, true, Reduction::none)},
       {"cross_entropy_4d", {"logits"}, {"target"}, ce(0.05, -100, false, Reduction::mean)},
-      {"layer_norm", {"x", "w", "b"}, {},
+      {"layer_norm",
+       {"x", "w", "b"},
+       {},
        [](M& x) { return layer_norm(x["x"], {8}, x["w"], x["b"], 1e-5); }},
-      {"layer_norm_2d", {"x", "w", "b"}, {},
-       [](M& x) { return layer_norm(x["x"], {3, 4}, x["w"], x["b"], 1e-6); }},
-      {"batch_norm_train", {"x", "w", "b"}, {"running_mean", "running_var"},
+      {"layer_norm_2d",
+       {"x", "w", "b"},
+       {},
+       [](M& x) {
+         return layer_norm(x["x"], {3, 4}, x["w"], x["b"], 1e-6);
+       }},
+      {"batch_norm_train",
+       {"x", "w", "b"},
+       {"running_mean", "running_var"},
        [](M& x) {
          // batch_norm updates the running stats in place: hand it copies, keep them for the
          // comparison with PyTorch's updated values.
          x["running_mean_after"] = x["running_mean"].clone();
          x["running_var_after"] = x["running_var"].clone();
-         return batch_norm(x["x"], x["running_mean_after"], x["running_var_after"], x["w"],
-                           x["b"], true, 0.1, 1e-5);
+         return batch_norm(x["x"], x["running_mean_after"], x["running_var_after"], x["w"], x["b"],
+                           true, 0.1, 1e-5);
        }},
       {"max_pool2d", {"x"}, {}, [maxp](M& x) { return max_pool2d(x["x"], maxp); }},
       {"avg_pool2d", {"x"}, {}, [avgp](M& x) { return avg_pool2d(x["x"], avgp); }},
@@ -132,11 +151,18 @@ std::vector<GoldenOp> make_golden_ops() {
       {"log_softmax", {"x"}, {}, [](M& x) { return log_softmax(x["x"], 0); }},
       {"gelu", {"x"}, {}, [](M& x) { return gelu(x["x"]); }},
       {"gelu_tanh", {"x"}, {}, [](M& x) { return gelu(x["x"], GeluApproximation::tanh); }},
-      {"bce_with_logits", {"x"}, {"t", "pw"},
+      {"bce_with_logits",
+       {"x"},
+       {"t", "pw"},
        [](M& x) {
          return binary_cross_entropy_with_logits(x["x"], x["t"], Reduction::mean, x["pw"]);
        }},
-      {"var_std", {"x"}, {}, [](M& x) { return stack({var(x["x"], {1}), std(x["x"], {1})}); }},
+      {"var_std",
+       {"x"},
+       {},
+       [](M& x) {
+         return stack({var(x["x"], {1}), std(x["x"], {1})});
+       }},
   };
 }
 
@@ -202,8 +228,7 @@ std::vector<OpParam> op_params() {
 
 INSTANTIATE_TEST_SUITE_P(Golden, GoldenOps, ::testing::ValuesIn(op_params()),
                          [](const ::testing::TestParamInfo<OpParam>& info) {
-                           return golden_ops()[info.param.index].name + "_" +
-                                  tag(info.param.dtype);
+                           return golden_ops()[info.param.index].name + "_" + tag(info.param.dtype);
                          });
 
 // ---------------------------------------------------------------------------------- models
@@ -237,7 +262,9 @@ struct ModelParam {
   DType dtype;
 };
 
-void PrintTo(const ModelParam& p, std::ostream* os) { *os << p.name << " " << tag(p.dtype); }
+void PrintTo(const ModelParam& p, std::ostream* os) {
+  *os << p.name << " " << tag(p.dtype);
+}
 
 class GoldenModel : public ::testing::TestWithParam<ModelParam> {
  protected:

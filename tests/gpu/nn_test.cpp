@@ -2,6 +2,8 @@
 // broadcast batches, bias and activation epilogues, beta), conv2d through cuDNN (forward and both
 // backwards, strides / padding / dilation / groups), softmax, cross-entropy, layer norm, batch
 // norm and pooling, in f32 / f16 / bf16 (f64 where the CPU reference is exact).
+#include <cstdlib>
+
 #include "gpu/gpu_test_util.h"
 
 namespace gradus {
@@ -105,43 +107,49 @@ TEST(CudaConv, ForwardAndBackwards) {
       {1, 6, 12, 12, 6, 3, 3, {1, 1, 1, 1, 1, 1, 6}, true},  // depthwise
       {4, 16, 8, 8, 32, 1, 1, {1, 1, 0, 0, 1, 1, 1}, true},
   };
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
-    for (const ConvCase& c : cases) {
-      const int64_t oh = out_size(c.h, c.kh, c.a.stride_h, c.a.pad_h, c.a.dilation_h);
-      const int64_t ow = out_size(c.w, c.kw, c.a.stride_w, c.a.pad_w, c.a.dilation_w);
-      const Tensor x = rnd({c.n, c.c, c.h, c.w}, t);
-      const Tensor w = rnd({c.o, c.c / c.a.groups, c.kh, c.kw}, t);
-      const Tensor bias = c.bias ? rnd({c.o}, t) : Tensor();
-      const Tensor gy = rnd({c.n, c.o, oh, ow}, t);
-      const double k = std::sqrt(static_cast<double>(c.c / c.a.groups * c.kh * c.kw));
-      const double r = t == DType::f32 ? tol(t) * k : (t == DType::f64 ? 1e-10 : tol(t) * 2);
-      const std::string what = std::string(dtype_name(t)) + " case c=" + std::to_string(c.c);
+  // cuDNN, then the im2col + GEMM path (the one builds without cuDNN use).
+  for (const char* path : {"0", "1"}) {
+    ::setenv("GRADUS_CONV_IM2COL", path, 1);
+    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
+      for (const ConvCase& c : cases) {
+        const int64_t oh = out_size(c.h, c.kh, c.a.stride_h, c.a.pad_h, c.a.dilation_h);
+        const int64_t ow = out_size(c.w, c.kw, c.a.stride_w, c.a.pad_w, c.a.dilation_w);
+        const Tensor x = rnd({c.n, c.c, c.h, c.w}, t);
+        const Tensor w = rnd({c.o, c.c / c.a.groups, c.kh, c.kw}, t);
+        const Tensor bias = c.bias ? rnd({c.o}, t) : Tensor();
+        const Tensor gy = rnd({c.n, c.o, oh, ow}, t);
+        const double k = std::sqrt(static_cast<double>(c.c / c.a.groups * c.kh * c.kw));
+        const double r = t == DType::f32 ? tol(t) * k : (t == DType::f64 ? 1e-10 : tol(t) * 2);
+        const std::string what =
+            std::string(dtype_name(t)) + " case c=" + std::to_string(c.c) + " im2col=" + path;
 
-      const Tensor ye = poisoned({c.n, c.o, oh, ow}, t, Device::cpu());
-      cpu().conv2d(x, w, bias, ye, c.a);
-      const Tensor yg = poisoned({c.n, c.o, oh, ow}, t, cuda0());
-      gpu().conv2d(x.to(cuda0()), w.to(cuda0()), c.bias ? bias.to(cuda0()) : Tensor(), yg, c.a);
-      EXPECT_TRUE(close(yg, ye, r, 2.0)) << "forward " << what;
+        const Tensor ye = poisoned({c.n, c.o, oh, ow}, t, Device::cpu());
+        cpu().conv2d(x, w, bias, ye, c.a);
+        const Tensor yg = poisoned({c.n, c.o, oh, ow}, t, cuda0());
+        gpu().conv2d(x.to(cuda0()), w.to(cuda0()), c.bias ? bias.to(cuda0()) : Tensor(), yg, c.a);
+        EXPECT_TRUE(close(yg, ye, r, 2.0)) << "forward " << what;
 
-      const Tensor gxe = poisoned(x.sizes(), t, Device::cpu());
-      cpu().conv2d_backward_data(gy, w, gxe, c.a);
-      const Tensor gxg = poisoned(x.sizes(), t, cuda0());
-      gpu().conv2d_backward_data(gy.to(cuda0()), w.to(cuda0()), gxg, c.a);
-      EXPECT_TRUE(close(gxg, gxe, r, 2.0)) << "backward data " << what;
+        const Tensor gxe = poisoned(x.sizes(), t, Device::cpu());
+        cpu().conv2d_backward_data(gy, w, gxe, c.a);
+        const Tensor gxg = poisoned(x.sizes(), t, cuda0());
+        gpu().conv2d_backward_data(gy.to(cuda0()), w.to(cuda0()), gxg, c.a);
+        EXPECT_TRUE(close(gxg, gxe, r, 2.0)) << "backward data " << what;
 
-      const Tensor gwe = poisoned(w.sizes(), t, Device::cpu());
-      const Tensor gbe = c.bias ? poisoned({c.o}, t, Device::cpu()) : Tensor();
-      cpu().conv2d_backward_weight(gy, x, gwe, gbe, c.a);
-      const Tensor gwg = poisoned(w.sizes(), t, cuda0());
-      const Tensor gbg = c.bias ? poisoned({c.o}, t, cuda0()) : Tensor();
-      gpu().conv2d_backward_weight(gy.to(cuda0()), x.to(cuda0()), gwg, gbg, c.a);
-      const double rw = r * std::sqrt(static_cast<double>(c.n * oh * ow)) / k;
-      EXPECT_TRUE(close(gwg, gwe, std::max(rw, r), 2.0)) << "backward weight " << what;
-      if (c.bias) {
-        EXPECT_TRUE(close(gbg, gbe, std::max(rw, r), 2.0)) << "bias grad " << what;
+        const Tensor gwe = poisoned(w.sizes(), t, Device::cpu());
+        const Tensor gbe = c.bias ? poisoned({c.o}, t, Device::cpu()) : Tensor();
+        cpu().conv2d_backward_weight(gy, x, gwe, gbe, c.a);
+        const Tensor gwg = poisoned(w.sizes(), t, cuda0());
+        const Tensor gbg = c.bias ? poisoned({c.o}, t, cuda0()) : Tensor();
+        gpu().conv2d_backward_weight(gy.to(cuda0()), x.to(cuda0()), gwg, gbg, c.a);
+        const double rw = r * std::sqrt(static_cast<double>(c.n * oh * ow)) / k;
+        EXPECT_TRUE(close(gwg, gwe, std::max(rw, r), 2.0)) << "backward weight " << what;
+        if (c.bias) {
+          EXPECT_TRUE(close(gbg, gbe, std::max(rw, r), 2.0)) << "bias grad " << what;
+        }
       }
     }
   }
+  ::unsetenv("GRADUS_CONV_IM2COL");
 }
 
 // ------------------------------------------------------------------------------------ softmax / CE

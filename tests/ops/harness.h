@@ -47,19 +47,27 @@ struct In {
 };
 
 // Input shorthands for the tables.
-inline In f(Shape s, Layout l = Layout::contiguous) { return {std::move(s), l}; }
+inline In f(Shape s, Layout l = Layout::contiguous) {
+  return {std::move(s), l};
+}
 inline In range(Shape s, double lo, double hi, Layout l = Layout::contiguous) {
   return {std::move(s), l, lo, hi};
 }
-inline In pos(Shape s, Layout l = Layout::contiguous) { return range(std::move(s), 0.5, 2.0, l); }
-inline In ties(Shape s) { return {std::move(s), Layout::contiguous, -2, 2, Kind::ties, false}; }
+inline In pos(Shape s, Layout l = Layout::contiguous) {
+  return range(std::move(s), 0.5, 2.0, l);
+}
+inline In ties(Shape s) {
+  return {std::move(s), Layout::contiguous, -2, 2, Kind::ties, false};
+}
 inline In special(Shape s) {
   return {std::move(s), Layout::contiguous, -2, 2, Kind::special, false};
 }
 inline In idx(Shape s, int64_t lo, int64_t hi, Layout l = Layout::contiguous) {
   return {std::move(s), l, static_cast<double>(lo), static_cast<double>(hi), Kind::index, false};
 }
-inline In mask(Shape s) { return {std::move(s), Layout::contiguous, 0, 1, Kind::boolean, false}; }
+inline In mask(Shape s) {
+  return {std::move(s), Layout::contiguous, 0, 1, Kind::boolean, false};
+}
 inline In nograd(In in) {
   in.grad = false;
   return in;
@@ -70,7 +78,7 @@ using OpFn = std::function<std::vector<Tensor>(const Inputs&)>;
 using OpFn1 = std::function<Tensor(const Inputs&)>;
 
 inline const std::vector<DType> kFloat = {DType::f32, DType::f64, DType::f16, DType::bf16};
-inline const std::vector<DType> kFloatInt = {DType::f32, DType::f64, DType::f16,
+inline const std::vector<DType> kFloatInt = {DType::f32,  DType::f64, DType::f16,
                                              DType::bf16, DType::i32, DType::i64};
 inline const std::vector<DType> kFull = {DType::f32, DType::f64};  // no half support expected
 
@@ -80,13 +88,13 @@ struct OpCase {
   OpFn fn;
   std::vector<DType> dtypes = kFloat;  // dtypes of the floating inputs
   bool differentiable = true;
-  bool gradcheck = true;         // false: finite differences are meaningless (see the entry)
-  int diff_outputs = -1;         // leading outputs entering the gradient checks; -1 = all floating
-  double tol = 1.0;              // scales the forward tolerance (loosened only with a reason)
-  double grad_tol = 1.0;         // scales the low-precision gradient tolerance
-  bool check_dtype = true;       // floating outputs must have the test dtype
-  double mag_floor = 1e-2;       // low-precision magnitude floor of forward outputs
-  bool half_grads = true;        // compare f16/bf16 gradients (false: discontinuous, see entry)
+  bool gradcheck = true;    // false: finite differences are meaningless (see the entry)
+  int diff_outputs = -1;    // leading outputs entering the gradient checks; -1 = all floating
+  double tol = 1.0;         // scales the forward tolerance (loosened only with a reason)
+  double grad_tol = 1.0;    // scales the low-precision gradient tolerance
+  bool check_dtype = true;  // floating outputs must have the test dtype
+  double mag_floor = 1e-2;  // low-precision magnitude floor of forward outputs
+  bool half_grads = true;   // compare f16/bf16 gradients (false: discontinuous, see entry)
   bool cuda_deterministic = true;  // false: atomics make CUDA results order-dependent
 
   OpCase& nondiff() {

@@ -55,72 +55,188 @@ void add_binary(std::vector<OpCase>& out, const Binary& b) {
   out.push_back(op(n + "_scalar_lhs", {A({}), B({2, 3})}, body, dtypes));
   out.push_back(
       op(n + "_noncontig", {A({4, 5}, L::transposed), B({4, 5}, L::strided)}, body, dtypes));
-  out.push_back(op(n + "_expanded", {A({3, 4}, L::expanded), B({3, 4}, L::transposed)}, body,
-                   dtypes));
+  out.push_back(
+      op(n + "_expanded", {A({3, 4}, L::expanded), B({3, 4}, L::transposed)}, body, dtypes));
   out.push_back(op(n + "_empty", {A({0, 4}), B({4})}, body, dtypes));
 }
 
-Tensor leaky(const Tensor& x) { return leaky_relu(x, 0.2); }
-Tensor gelu_tanh(const Tensor& x) { return gelu(x, GeluApproximation::tanh); }
-Tensor softplus_default(const Tensor& x) { return softplus(x); }
-Tensor softplus_beta(const Tensor& x) { return softplus(x, 2.0, 3.0); }
-Tensor clamp_both(const Tensor& x) { return clamp(x, -0.5, 0.5); }
+Tensor leaky(const Tensor& x) {
+  return leaky_relu(x, 0.2);
+}
+Tensor gelu_tanh(const Tensor& x) {
+  return gelu(x, GeluApproximation::tanh);
+}
+Tensor softplus_default(const Tensor& x) {
+  return softplus(x);
+}
+Tensor softplus_beta(const Tensor& x) {
+  return softplus(x, 2.0, 3.0);
+}
+Tensor clamp_both(const Tensor& x) {
+  return clamp(x, -0.5, 0.5);
+}
 // Bounds exactly representable in f16 and bf16: the float64 reference compares the rounded inputs
 // with the same bound the kernel uses.
-Tensor clamp_min(const Tensor& x) { return clamp(x, -0.375, std::nullopt); }
-Tensor clamp_max(const Tensor& x) { return clamp(x, std::nullopt, 0.4375); }
-Tensor pow_frac(const Tensor& x) { return pow(x, 2.5); }
-Tensor pow_cube(const Tensor& x) { return pow(x, 3.0); }
-Tensor pow_neg(const Tensor& x) { return pow(x, -1.5); }
-Tensor rpow(const Tensor& x) { return pow(2.0, x); }
-Tensor add_s(const Tensor& x) { return add(x, 2.0); }
-Tensor add_frac(const Tensor& x) { return x + 0.25; }
-Tensor sub_s(const Tensor& x) { return sub(x, 0.75); }
-Tensor mul_s(const Tensor& x) { return mul(x, 3.0); }
-Tensor div_s(const Tensor& x) { return div(x, 3.0); }
-Tensor rsub(const Tensor& x) { return 1.5 - x; }
-Tensor rdiv(const Tensor& x) { return 2.0 / x; }
-Tensor rmul(const Tensor& x) { return -0.5 * x; }
-Tensor negate(const Tensor& x) { return -x; }
-Tensor neg_fn(const Tensor& x) { return neg(x); }
-Tensor abs_fn(const Tensor& x) { return abs(x); }
-Tensor sign_fn(const Tensor& x) { return sign(x); }
-Tensor exp_fn(const Tensor& x) { return exp(x); }
-Tensor log_fn(const Tensor& x) { return log(x); }
-Tensor log1p_fn(const Tensor& x) { return log1p(x); }
-Tensor expm1_fn(const Tensor& x) { return expm1(x); }
-Tensor sqrt_fn(const Tensor& x) { return sqrt(x); }
-Tensor rsqrt_fn(const Tensor& x) { return rsqrt(x); }
-Tensor reciprocal_fn(const Tensor& x) { return reciprocal(x); }
-Tensor square_fn(const Tensor& x) { return square(x); }
-Tensor sin_fn(const Tensor& x) { return sin(x); }
-Tensor cos_fn(const Tensor& x) { return cos(x); }
-Tensor erf_fn(const Tensor& x) { return erf(x); }
-Tensor floor_fn(const Tensor& x) { return floor(x); }
-Tensor ceil_fn(const Tensor& x) { return ceil(x); }
-Tensor round_fn(const Tensor& x) { return round(x); }
-Tensor relu_fn(const Tensor& x) { return relu(x); }
-Tensor gelu_fn(const Tensor& x) { return gelu(x); }
-Tensor silu_fn(const Tensor& x) { return silu(x); }
-Tensor sigmoid_fn(const Tensor& x) { return sigmoid(x); }
-Tensor tanh_fn(const Tensor& x) { return tanh(x); }
+Tensor clamp_min(const Tensor& x) {
+  return clamp(x, -0.375, std::nullopt);
+}
+Tensor clamp_max(const Tensor& x) {
+  return clamp(x, std::nullopt, 0.4375);
+}
+Tensor pow_frac(const Tensor& x) {
+  return pow(x, 2.5);
+}
+Tensor pow_cube(const Tensor& x) {
+  return pow(x, 3.0);
+}
+Tensor pow_neg(const Tensor& x) {
+  return pow(x, -1.5);
+}
+Tensor rpow(const Tensor& x) {
+  return pow(2.0, x);
+}
+Tensor add_s(const Tensor& x) {
+  return add(x, 2.0);
+}
+Tensor add_frac(const Tensor& x) {
+  return x + 0.25;
+}
+Tensor sub_s(const Tensor& x) {
+  return sub(x, 0.75);
+}
+Tensor mul_s(const Tensor& x) {
+  return mul(x, 3.0);
+}
+Tensor div_s(const Tensor& x) {
+  return div(x, 3.0);
+}
+Tensor rsub(const Tensor& x) {
+  return 1.5 - x;
+}
+Tensor rdiv(const Tensor& x) {
+  return 2.0 / x;
+}
+Tensor rmul(const Tensor& x) {
+  return -0.5 * x;
+}
+Tensor negate(const Tensor& x) {
+  return -x;
+}
+Tensor neg_fn(const Tensor& x) {
+  return neg(x);
+}
+Tensor abs_fn(const Tensor& x) {
+  return abs(x);
+}
+Tensor sign_fn(const Tensor& x) {
+  return sign(x);
+}
+Tensor exp_fn(const Tensor& x) {
+  return exp(x);
+}
+Tensor log_fn(const Tensor& x) {
+  return log(x);
+}
+Tensor log1p_fn(const Tensor& x) {
+  return log1p(x);
+}
+Tensor expm1_fn(const Tensor& x) {
+  return expm1(x);
+}
+Tensor sqrt_fn(const Tensor& x) {
+  return sqrt(x);
+}
+Tensor rsqrt_fn(const Tensor& x) {
+  return rsqrt(x);
+}
+Tensor reciprocal_fn(const Tensor& x) {
+  return reciprocal(x);
+}
+Tensor square_fn(const Tensor& x) {
+  return square(x);
+}
+Tensor sin_fn(const Tensor& x) {
+  return sin(x);
+}
+Tensor cos_fn(const Tensor& x) {
+  return cos(x);
+}
+Tensor erf_fn(const Tensor& x) {
+  return erf(x);
+}
+Tensor floor_fn(const Tensor& x) {
+  return floor(x);
+}
+Tensor ceil_fn(const Tensor& x) {
+  return ceil(x);
+}
+Tensor round_fn(const Tensor& x) {
+  return round(x);
+}
+Tensor relu_fn(const Tensor& x) {
+  return relu(x);
+}
+Tensor gelu_fn(const Tensor& x) {
+  return gelu(x);
+}
+Tensor silu_fn(const Tensor& x) {
+  return silu(x);
+}
+Tensor sigmoid_fn(const Tensor& x) {
+  return sigmoid(x);
+}
+Tensor tanh_fn(const Tensor& x) {
+  return tanh(x);
+}
 
-Tensor add_fn(const Tensor& a, const Tensor& b) { return add(a, b); }
-Tensor add_alpha(const Tensor& a, const Tensor& b) { return add(a, b, 0.5); }
-Tensor sub_fn(const Tensor& a, const Tensor& b) { return sub(a, b); }
-Tensor sub_alpha(const Tensor& a, const Tensor& b) { return sub(a, b, 2.0); }
-Tensor mul_fn(const Tensor& a, const Tensor& b) { return mul(a, b); }
-Tensor div_fn(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor pow_fn(const Tensor& a, const Tensor& b) { return pow(a, b); }
-Tensor maximum_fn(const Tensor& a, const Tensor& b) { return maximum(a, b); }
-Tensor minimum_fn(const Tensor& a, const Tensor& b) { return minimum(a, b); }
-Tensor atan2_fn(const Tensor& a, const Tensor& b) { return atan2(a, b); }
-Tensor fmod_fn(const Tensor& a, const Tensor& b) { return fmod(a, b); }
-Tensor remainder_fn(const Tensor& a, const Tensor& b) { return remainder(a, b); }
-Tensor plus_op(const Tensor& a, const Tensor& b) { return a + b; }
-Tensor minus_op(const Tensor& a, const Tensor& b) { return a - b; }
-Tensor times_op(const Tensor& a, const Tensor& b) { return a * b; }
-Tensor over_op(const Tensor& a, const Tensor& b) { return a / b; }
+Tensor add_fn(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+Tensor add_alpha(const Tensor& a, const Tensor& b) {
+  return add(a, b, 0.5);
+}
+Tensor sub_fn(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+Tensor sub_alpha(const Tensor& a, const Tensor& b) {
+  return sub(a, b, 2.0);
+}
+Tensor mul_fn(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+Tensor div_fn(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
+Tensor pow_fn(const Tensor& a, const Tensor& b) {
+  return pow(a, b);
+}
+Tensor maximum_fn(const Tensor& a, const Tensor& b) {
+  return maximum(a, b);
+}
+Tensor minimum_fn(const Tensor& a, const Tensor& b) {
+  return minimum(a, b);
+}
+Tensor atan2_fn(const Tensor& a, const Tensor& b) {
+  return atan2(a, b);
+}
+Tensor fmod_fn(const Tensor& a, const Tensor& b) {
+  return fmod(a, b);
+}
+Tensor remainder_fn(const Tensor& a, const Tensor& b) {
+  return remainder(a, b);
+}
+Tensor plus_op(const Tensor& a, const Tensor& b) {
+  return a + b;
+}
+Tensor minus_op(const Tensor& a, const Tensor& b) {
+  return a - b;
+}
+Tensor times_op(const Tensor& a, const Tensor& b) {
+  return a * b;
+}
+Tensor over_op(const Tensor& a, const Tensor& b) {
+  return a / b;
+}
 
 }  // namespace
 
@@ -201,11 +317,13 @@ std::vector<OpCase> elementwise_cases() {
     }
   }
   // A negative divisor: fmod follows the dividend's sign, remainder the divisor's.
-  c.push_back(op("fmod_neg_divisor", {range({3, 4}, -3, 3), range({4}, -1.5, -0.5)},
-                 [](const Inputs& x) { return fmod(x[0], x[1]); }, kFloatInt)
+  c.push_back(op(
+                  "fmod_neg_divisor", {range({3, 4}, -3, 3), range({4}, -1.5, -0.5)},
+                  [](const Inputs& x) { return fmod(x[0], x[1]); }, kFloatInt)
                   .no_half_grads());
-  c.push_back(op("remainder_neg_divisor", {range({3, 4}, -3, 3), range({4}, -1.5, -0.5)},
-                 [](const Inputs& x) { return remainder(x[0], x[1]); }, kFloatInt)
+  c.push_back(op(
+                  "remainder_neg_divisor", {range({3, 4}, -3, 3), range({4}, -1.5, -0.5)},
+                  [](const Inputs& x) { return remainder(x[0], x[1]); }, kFloatInt)
                   .no_half_grads());
   // atan2 in all four quadrants (the gradcheck never straddles the branch cut: P ~ 1e-6).
   c.push_back(op("atan2_quadrants", {f({4, 5}), f({4, 5})},
@@ -219,50 +337,61 @@ std::vector<OpCase> elementwise_cases() {
   const std::pair<const char*, CmpS> cmps_s[] = {{"eq", eq}, {"ne", ne}, {"lt", lt},
                                                  {"le", le}, {"gt", gt}, {"ge", ge}};
   for (const auto& [name, fn] : cmps) {
-    c.push_back(op(std::string(name) + "_bcast", {ties({3, 4}), ties({4})},
-                   [fn](const Inputs& x) { return fn(x[0], x[1]); }, kFloatInt)
+    c.push_back(op(
+                    std::string(name) + "_bcast", {ties({3, 4}), ties({4})},
+                    [fn](const Inputs& x) { return fn(x[0], x[1]); }, kFloatInt)
                     .nondiff());
-    c.push_back(op(std::string(name) + "_noncontig",
-                   {{{4, 3}, L::transposed, -2, 2, Kind::ties, false}, ties({4, 3})},
-                   [fn](const Inputs& x) { return fn(x[0], x[1]); }, kFloatInt)
+    c.push_back(op(
+                    std::string(name) + "_noncontig",
+                    {{{4, 3}, L::transposed, -2, 2, Kind::ties, false}, ties({4, 3})},
+                    [fn](const Inputs& x) { return fn(x[0], x[1]); }, kFloatInt)
                     .nondiff());
   }
   for (const auto& [name, fn] : cmps_s) {
-    c.push_back(op(std::string(name) + "_scalar", {ties({3, 4})},
-                   [fn](const Inputs& x) { return fn(x[0], 0.5); }, kFloatInt)
+    c.push_back(op(
+                    std::string(name) + "_scalar", {ties({3, 4})},
+                    [fn](const Inputs& x) { return fn(x[0], 0.5); }, kFloatInt)
                     .nondiff());
   }
   // Logic on bool inputs (the dtype list is irrelevant: one run).
   const std::vector<DType> one = {DType::f32};
-  c.push_back(op("logical_and", {mask({3, 4}), mask({4})},
-                 [](const Inputs& x) { return logical_and(x[0], x[1]); }, one)
+  c.push_back(op(
+                  "logical_and", {mask({3, 4}), mask({4})},
+                  [](const Inputs& x) { return logical_and(x[0], x[1]); }, one)
                   .nondiff());
-  c.push_back(op("logical_or", {mask({3, 4}), mask({3, 1})},
-                 [](const Inputs& x) { return logical_or(x[0], x[1]); }, one)
+  c.push_back(op(
+                  "logical_or", {mask({3, 4}), mask({3, 1})},
+                  [](const Inputs& x) { return logical_or(x[0], x[1]); }, one)
                   .nondiff());
-  c.push_back(op("logical_xor", {mask({3, 4}), mask({3, 4})},
-                 [](const Inputs& x) { return logical_xor(x[0], x[1]); }, one)
+  c.push_back(op(
+                  "logical_xor", {mask({3, 4}), mask({3, 4})},
+                  [](const Inputs& x) { return logical_xor(x[0], x[1]); }, one)
                   .nondiff());
   c.push_back(
-      op("logical_not", {mask({2, 5})}, [](const Inputs& x) { return logical_not(x[0]); }, one)
+      op(
+          "logical_not", {mask({2, 5})}, [](const Inputs& x) { return logical_not(x[0]); }, one)
           .nondiff());
-  c.push_back(op("logical_and_float", {ties({3, 4}), ties({3, 4})},
-                 [](const Inputs& x) { return logical_and(x[0], x[1]); })
-                  .nondiff());
-  c.push_back(op("isnan", {special({4, 5})}, [](const Inputs& x) { return isnan(x[0]); }).nondiff());
-  c.push_back(op("isinf", {special({4, 5})}, [](const Inputs& x) { return isinf(x[0]); }).nondiff());
+  c.push_back(op("logical_and_float", {ties({3, 4}), ties({3, 4})}, [](const Inputs& x) {
+                return logical_and(x[0], x[1]);
+              }).nondiff());
+  c.push_back(
+      op("isnan", {special({4, 5})}, [](const Inputs& x) { return isnan(x[0]); }).nondiff());
+  c.push_back(
+      op("isinf", {special({4, 5})}, [](const Inputs& x) { return isinf(x[0]); }).nondiff());
   c.push_back(
       op("isfinite", {special({4, 5})}, [](const Inputs& x) { return isfinite(x[0]); }).nondiff());
   // NaN and infinities through arithmetic must propagate like IEEE says.
-  c.push_back(op("special_values_arith", {special({4, 5}), f({5})},
-                 [](const Inputs& x) { return add(mul(x[0], 2.0), x[1]); })
-                  .nondiff());
+  c.push_back(op("special_values_arith", {special({4, 5}), f({5})}, [](const Inputs& x) {
+                return add(mul(x[0], 2.0), x[1]);
+              }).nondiff());
 
   // where / lerp / addcmul
-  c.push_back(op("where", {mask({3, 4}), f({3, 4}), f({3, 4})},
-                 [](const Inputs& x) { return where(x[0], x[1], x[2]); }, kFloatInt));
-  c.push_back(op("where_bcast", {mask({3, 1}), f({3, 4}, L::transposed), f({4})},
-                 [](const Inputs& x) { return where(x[0], x[1], x[2]); }, kFloatInt));
+  c.push_back(op(
+      "where", {mask({3, 4}), f({3, 4}), f({3, 4})},
+      [](const Inputs& x) { return where(x[0], x[1], x[2]); }, kFloatInt));
+  c.push_back(op(
+      "where_bcast", {mask({3, 1}), f({3, 4}, L::transposed), f({4})},
+      [](const Inputs& x) { return where(x[0], x[1], x[2]); }, kFloatInt));
   c.push_back(op("where_scalar", {mask({2, 3, 4}), f({2, 3, 4}, L::strided)},
                  [](const Inputs& x) { return where(x[0], x[1], 0.5); }));
   c.push_back(op("where_empty", {mask({0, 4}), f({0, 4}), f({4})},

@@ -1,5 +1,5 @@
-// Harness table: softmax / log_softmax, losses (cross_entropy with label smoothing, ignore_index and
-// class weights, nll_loss, mse_loss, binary_cross_entropy_with_logits), conv2d, pooling,
+// Harness table: softmax / log_softmax, losses (cross_entropy with label smoothing, ignore_index
+// and class weights, nll_loss, mse_loss, binary_cross_entropy_with_logits), conv2d, pooling,
 // batch_norm (train and eval), layer_norm, dropout (deterministic settings; the training
 // statistics have their own test in harness_test.cpp).
 #include "ops/harness.h"
@@ -51,8 +51,8 @@ std::vector<OpCase> nn_cases() {
     auto sm = [log](const Tensor& x, int64_t dim) {
       return log ? log_softmax(x, dim) : softmax(x, dim);
     };
-    c.push_back(op(n + "_last", {range({4, 7}, -3, 3)},
-                   [sm](const Inputs& x) { return sm(x[0], -1); }));
+    c.push_back(
+        op(n + "_last", {range({4, 7}, -3, 3)}, [sm](const Inputs& x) { return sm(x[0], -1); }));
     c.push_back(op(n + "_middle", {range({2, 5, 3}, -3, 3)},
                    [sm](const Inputs& x) { return sm(x[0], 1); }));
     c.push_back(op(n + "_first", {range({5, 3}, -3, 3, L::transposed)},
@@ -62,12 +62,13 @@ std::vector<OpCase> nn_cases() {
     c.push_back(op(n + "_wide_row", {range({2, 130}, -5, 5)},
                    [sm](const Inputs& x) { return sm(x[0], 1); }));
     // Large logits: the kernel must subtract the row maximum.
-    c.push_back(op(n + "_large_logits", {range({3, 5}, 80, 90)},
-                   [sm](const Inputs& x) { return sm(x[0], 1); }, kFull));
-    c.push_back(op(n + "_empty", {range({0, 5}, -3, 3)},
-                   [sm](const Inputs& x) { return sm(x[0], 1); }));
-    c.push_back(op(n + "_size1", {range({4, 1}, -3, 3)},
-                   [sm](const Inputs& x) { return sm(x[0], 1); }));
+    c.push_back(op(
+        n + "_large_logits", {range({3, 5}, 80, 90)}, [sm](const Inputs& x) { return sm(x[0], 1); },
+        kFull));
+    c.push_back(
+        op(n + "_empty", {range({0, 5}, -3, 3)}, [sm](const Inputs& x) { return sm(x[0], 1); }));
+    c.push_back(
+        op(n + "_size1", {range({4, 1}, -3, 3)}, [sm](const Inputs& x) { return sm(x[0], 1); }));
   }
 
   // ----------------------------------------------------------------------------------- losses
@@ -88,8 +89,7 @@ std::vector<OpCase> nn_cases() {
   c.push_back(
       op("cross_entropy_smoothing_none", {logits, target}, ce(ce_opts(Reduction::none, 0.3))));
   // Targets are in [0, 5), so ignore_index 0 drops about a fifth of the rows.
-  c.push_back(
-      op("cross_entropy_ignore", {logits, target}, ce(ce_opts(Reduction::mean, 0.0, 0))));
+  c.push_back(op("cross_entropy_ignore", {logits, target}, ce(ce_opts(Reduction::mean, 0.0, 0))));
   c.push_back(
       op("cross_entropy_ignore_none", {logits, target}, ce(ce_opts(Reduction::none, 0.0, 0))));
   c.push_back(op("cross_entropy_weight", {logits, target, weight}, ce(ce_opts())));
@@ -124,13 +124,12 @@ std::vector<OpCase> nn_cases() {
     };
   };
   c.push_back(op("nll_loss", {logits, target}, nll(ce_opts())).sums_rounded_terms());
-  c.push_back(op("nll_loss_weight_ignore", {logits, target, weight},
-                 nll(ce_opts(Reduction::mean, 0.0, 3)))
-                  .sums_rounded_terms());
+  c.push_back(
+      op("nll_loss_weight_ignore", {logits, target, weight}, nll(ce_opts(Reduction::mean, 0.0, 3)))
+          .sums_rounded_terms());
   c.push_back(op("nll_loss_none", {logits, target}, nll(ce_opts(Reduction::none))));
-  c.push_back(op("nll_of_log_softmax", {logits, target}, [](const Inputs& x) {
-    return nll_loss(log_softmax(x[0], 1), x[1]);
-  }));
+  c.push_back(op("nll_of_log_softmax", {logits, target},
+                 [](const Inputs& x) { return nll_loss(log_softmax(x[0], 1), x[1]); }));
 
   for (auto [name, r] : {std::pair{"mean", Reduction::mean}, std::pair{"sum", Reduction::sum},
                          std::pair{"none", Reduction::none}}) {
@@ -152,9 +151,9 @@ std::vector<OpCase> nn_cases() {
                   .sums_rounded_terms()
                   .tolerance(3));
   // Large |logits|: the log-sum-exp form must not overflow.
-  c.push_back(op("bce_with_logits_large", {range({2, 5}, -60, 60), nograd(range({2, 5}, 0, 1))},
-                 [](const Inputs& x) { return binary_cross_entropy_with_logits(x[0], x[1]); },
-                 kFull));
+  c.push_back(op(
+      "bce_with_logits_large", {range({2, 5}, -60, 60), nograd(range({2, 5}, 0, 1))},
+      [](const Inputs& x) { return binary_cross_entropy_with_logits(x[0], x[1]); }, kFull));
 
   // ----------------------------------------------------------------------------------- conv2d
   auto conv = [](Conv2dOptions o) {
@@ -173,12 +172,13 @@ std::vector<OpCase> nn_cases() {
   c.push_back(op("conv2d_1x1", {f({2, 5, 4, 4}), f({3, 5, 1, 1}), f({3})}, conv({})));
   c.push_back(op("conv2d_asymmetric", {f({2, 2, 7, 6}), f({3, 2, 3, 2}), f({3})},
                  conv(conv_opts({2, 1}, {1, 0}, {1, 2}))));
-  c.push_back(op("conv2d_channels_last", {f({2, 3, 5, 5}, L::channels_last), f({4, 3, 3, 3}), f({4})},
+  c.push_back(op("conv2d_channels_last",
+                 {f({2, 3, 5, 5}, L::channels_last), f({4, 3, 3, 3}), f({4})},
                  conv(conv_opts({1, 1}, {1, 1}))));
-  c.push_back(op("conv2d_strided_input", {f({1, 2, 5, 4}, L::strided), f({2, 2, 2, 2}, L::transposed)},
-                 conv({})));
-  c.push_back(op("conv2d_kernel_covers_input", {f({2, 2, 3, 3}), f({3, 2, 3, 3}), f({3})},
-                 conv({})));
+  c.push_back(op("conv2d_strided_input",
+                 {f({1, 2, 5, 4}, L::strided), f({2, 2, 2, 2}, L::transposed)}, conv({})));
+  c.push_back(
+      op("conv2d_kernel_covers_input", {f({2, 2, 3, 3}), f({3, 2, 3, 3}), f({3})}, conv({})));
 
   // ---------------------------------------------------------------------------------- pooling
   auto maxp = [](Pool2dOptions o) { return [o](const Inputs& x) { return max_pool2d(x[0], o); }; };
@@ -187,24 +187,28 @@ std::vector<OpCase> nn_cases() {
   c.push_back(op("max_pool2d_k3s2p1", {f({2, 2, 7, 7})}, maxp(pool_opts({3, 3}, {2, 2}, {1, 1}))));
   c.push_back(op("max_pool2d_dilation", {f({1, 2, 7, 7})},
                  maxp(pool_opts({2, 2}, {1, 1}, {0, 0}, false, true, {2, 2}))));
-  c.push_back(op("max_pool2d_ceil", {f({1, 2, 8, 8})},
-                 maxp(pool_opts({3, 3}, {2, 2}, {0, 0}, true))));
-  c.push_back(op("max_pool2d_channels_last", {f({2, 3, 4, 6}, L::channels_last)},
-                 maxp(pool_opts({2, 3}))));
+  c.push_back(
+      op("max_pool2d_ceil", {f({1, 2, 8, 8})}, maxp(pool_opts({3, 3}, {2, 2}, {0, 0}, true))));
+  c.push_back(
+      op("max_pool2d_channels_last", {f({2, 3, 4, 6}, L::channels_last)}, maxp(pool_opts({2, 3}))));
   c.push_back(op("avg_pool2d", {f({2, 3, 6, 6})}, avgp(pool_opts({2, 2}))));
   c.push_back(op("avg_pool2d_pad_counted", {f({2, 2, 7, 7})},
                  avgp(pool_opts({3, 3}, {2, 2}, {1, 1}, false, true))));
   c.push_back(op("avg_pool2d_pad_excluded", {f({2, 2, 7, 7})},
                  avgp(pool_opts({3, 3}, {2, 2}, {1, 1}, false, false))));
-  c.push_back(op("avg_pool2d_ceil", {f({1, 2, 7, 7})},
-                 avgp(pool_opts({2, 2}, {2, 2}, {0, 0}, true))));
+  c.push_back(
+      op("avg_pool2d_ceil", {f({1, 2, 7, 7})}, avgp(pool_opts({2, 2}, {2, 2}, {0, 0}, true))));
   c.push_back(op("avg_pool2d_strided", {f({1, 2, 4, 4}, L::strided)}, avgp(pool_opts({2, 2}))));
-  c.push_back(op("adaptive_avg_pool2d_global", {f({2, 3, 5, 5})},
-                 [](const Inputs& x) { return adaptive_avg_pool2d(x[0], {1, 1}); }));
-  c.push_back(op("adaptive_avg_pool2d_uneven", {f({2, 3, 7, 5})},
-                 [](const Inputs& x) { return adaptive_avg_pool2d(x[0], {3, 2}); }));
-  c.push_back(op("adaptive_avg_pool2d_overlap", {f({1, 2, 6, 6}, L::channels_last)},
-                 [](const Inputs& x) { return adaptive_avg_pool2d(x[0], {4, 4}); }));
+  c.push_back(op("adaptive_avg_pool2d_global", {f({2, 3, 5, 5})}, [](const Inputs& x) {
+    return adaptive_avg_pool2d(x[0], {1, 1});
+  }));
+  c.push_back(op("adaptive_avg_pool2d_uneven", {f({2, 3, 7, 5})}, [](const Inputs& x) {
+    return adaptive_avg_pool2d(x[0], {3, 2});
+  }));
+  c.push_back(
+      op("adaptive_avg_pool2d_overlap", {f({1, 2, 6, 6}, L::channels_last)}, [](const Inputs& x) {
+        return adaptive_avg_pool2d(x[0], {4, 4});
+      }));
 
   // ------------------------------------------------------------------------------- batch_norm
   // Inputs: x, running_mean, running_var, weight, bias. The running stats are cloned inside the
@@ -219,37 +223,36 @@ std::vector<OpCase> nn_cases() {
     Tensor y = batch_norm(x[0], mean, var, x[3], x[4], true, 0.1, 1e-5);
     return std::vector<Tensor>{y, mean, var};
   };
-  c.push_back(opn("batch_norm_train", {f({4, 3, 3, 2}), rm, rv, gamma, beta}, bn_train)
+  c.push_back(
+      opn("batch_norm_train", {f({4, 3, 3, 2}), rm, rv, gamma, beta}, bn_train).grad_outputs(1));
+  c.push_back(
+      opn("batch_norm_train_2d", {f({6, 3}), rm, rv, gamma, beta}, bn_train).grad_outputs(1));
+  c.push_back(
+      opn("batch_norm_train_3d", {f({3, 3, 4}, L::transposed), rm, rv, gamma, beta}, bn_train)
+          .grad_outputs(1));
+  c.push_back(opn("batch_norm_train_channels_last",
+                  {f({2, 3, 3, 3}, L::channels_last), rm, rv, gamma, beta}, bn_train)
                   .grad_outputs(1));
-  c.push_back(opn("batch_norm_train_2d", {f({6, 3}), rm, rv, gamma, beta}, bn_train)
-                  .grad_outputs(1));
-  c.push_back(opn("batch_norm_train_3d", {f({3, 3, 4}, L::transposed), rm, rv, gamma, beta},
-                  bn_train)
-                  .grad_outputs(1));
-  c.push_back(opn("batch_norm_train_channels_last", {f({2, 3, 3, 3}, L::channels_last), rm, rv,
-                                                      gamma, beta},
-                  bn_train)
-                  .grad_outputs(1));
-  c.push_back(op("batch_norm_train_no_stats", {f({4, 3, 2, 2}), gamma, beta},
-                 [](const Inputs& x) {
-                   return batch_norm(x[0], Tensor(), Tensor(), x[1], x[2], true, 0.1, 1e-5);
-                 }));
+  c.push_back(op("batch_norm_train_no_stats", {f({4, 3, 2, 2}), gamma, beta}, [](const Inputs& x) {
+    return batch_norm(x[0], Tensor(), Tensor(), x[1], x[2], true, 0.1, 1e-5);
+  }));
   c.push_back(op("batch_norm_train_no_affine", {f({4, 3, 2, 2})}, [](const Inputs& x) {
     return batch_norm(x[0], Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-3);
   }));
   c.push_back(op("batch_norm_eval", {f({4, 3, 2, 2}), rm, rv, gamma, beta}, [](const Inputs& x) {
     return batch_norm(x[0], x[1], x[2], x[3], x[4], false, 0.1, 1e-5);
   }));
-  c.push_back(op("batch_norm_eval_2d", {f({5, 3}, L::strided), rm, rv, gamma, beta},
-                 [](const Inputs& x) {
-                   return batch_norm(x[0], x[1], x[2], x[3], x[4], false, 0.1, 1e-5);
-                 }));
+  c.push_back(op(
+      "batch_norm_eval_2d", {f({5, 3}, L::strided), rm, rv, gamma, beta},
+      [](const Inputs& x) { return batch_norm(x[0], x[1], x[2], x[3], x[4], false, 0.1, 1e-5); }));
 
   // ------------------------------------------------------------------------------- layer_norm
   c.push_back(op("layer_norm", {f({4, 6}), range({6}, 0.5, 1.5), f({6})},
                  [](const Inputs& x) { return layer_norm(x[0], {6}, x[1], x[2]); }));
   c.push_back(op("layer_norm_2d_shape", {f({2, 3, 4}), range({3, 4}, 0.5, 1.5), f({3, 4})},
-                 [](const Inputs& x) { return layer_norm(x[0], {3, 4}, x[1], x[2], 1e-6); }));
+                 [](const Inputs& x) {
+                   return layer_norm(x[0], {3, 4}, x[1], x[2], 1e-6);
+                 }));
   c.push_back(op("layer_norm_no_affine", {f({3, 5})},
                  [](const Inputs& x) { return layer_norm(x[0], {5}); }));
   c.push_back(op("layer_norm_noncontig", {f({5, 4}, L::transposed), range({4}, 0.5, 1.5), f({4})},

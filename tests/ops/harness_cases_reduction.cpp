@@ -73,19 +73,24 @@ std::vector<OpCase> reduction_cases() {
     }
     auto fn = r.fn;
     // Non-contiguous inputs: the kernel walks permuted and strided memory.
-    c.push_back(op(std::string(r.name) + "_channels_last",
-                   {range({2, 3, 4}, r.lo, r.hi, L::channels_last)},
-                   [fn](const Inputs& x) { return fn(x[0], {1}, false); }, dtypes)
+    c.push_back(op(
+                    std::string(r.name) + "_channels_last",
+                    {range({2, 3, 4}, r.lo, r.hi, L::channels_last)},
+                    [fn](const Inputs& x) { return fn(x[0], {1}, false); }, dtypes)
                     .tolerance(r.tol, r.grad_tol));
-    c.push_back(op(std::string(r.name) + "_strided", {range({4, 3}, r.lo, r.hi, L::strided)},
-                   [fn](const Inputs& x) { return fn(x[0], {-1}, true); }, dtypes)
+    c.push_back(op(
+                    std::string(r.name) + "_strided", {range({4, 3}, r.lo, r.hi, L::strided)},
+                    [fn](const Inputs& x) { return fn(x[0], {-1}, true); }, dtypes)
                     .tolerance(r.tol, r.grad_tol));
     // Reduced along the stride-0 axis and across it (var/std along it are 0: not differentiable).
-    c.push_back(op(std::string(r.name) + "_expanded", {range({3, 4}, r.lo, r.hi, L::expanded)},
-                   [fn](const Inputs& x) { return fn(x[0], {1}, false); }, dtypes)
+    c.push_back(op(
+                    std::string(r.name) + "_expanded", {range({3, 4}, r.lo, r.hi, L::expanded)},
+                    [fn](const Inputs& x) { return fn(x[0], {1}, false); }, dtypes)
                     .tolerance(r.tol, r.grad_tol));
-    c.push_back(op(std::string(r.name) + "_expanded_axis", {range({3, 4}, r.lo, r.hi, L::expanded)},
-                   [fn](const Inputs& x) { return fn(x[0], {0}, true); }, dtypes)
+    c.push_back(op(
+                    std::string(r.name) + "_expanded_axis",
+                    {range({3, 4}, r.lo, r.hi, L::expanded)},
+                    [fn](const Inputs& x) { return fn(x[0], {0}, true); }, dtypes)
                     .tolerance(r.tol, r.grad_tol));
     if (r.name == std::string("var") || r.name == std::string("std") ||
         r.name == std::string("var_biased")) {
@@ -93,24 +98,28 @@ std::vector<OpCase> reduction_cases() {
     }
     // A size-1 axis and a long row (the vectorised inner loop and its tail). The unbiased
     // var/std of one element is NaN (0/0, like PyTorch): compared forward only.
-    c.push_back(op(std::string(r.name) + "_size1", {range({3, 1, 4}, r.lo, r.hi)},
-                   [fn](const Inputs& x) { return fn(x[0], {1}, false); }, dtypes)
+    c.push_back(op(
+                    std::string(r.name) + "_size1", {range({3, 1, 4}, r.lo, r.hi)},
+                    [fn](const Inputs& x) { return fn(x[0], {1}, false); }, dtypes)
                     .tolerance(r.tol, r.grad_tol));
     if (r.name == std::string("var") || r.name == std::string("std")) c.back().no_gradcheck();
-    c.push_back(op(std::string(r.name) + "_long_row", {range({2, 67}, r.lo, r.hi)},
-                   [fn](const Inputs& x) { return fn(x[0], {1}, false); }, dtypes)
+    c.push_back(op(
+                    std::string(r.name) + "_long_row", {range({2, 67}, r.lo, r.hi)},
+                    [fn](const Inputs& x) { return fn(x[0], {1}, false); }, dtypes)
                     .tolerance(r.tol, r.grad_tol));
   }
   // Empty reductions: a sum over an empty axis is 0, a mean NaN; reducing a non-empty axis of an
   // empty tensor gives an empty result.
-  c.push_back(op("sum_empty_axis", {f({0, 3})}, [](const Inputs& x) { return sum(x[0], {0}); },
-                 kFloatInt));
-  c.push_back(
-      op("sum_empty_all", {f({2, 0})}, [](const Inputs& x) { return sum(x[0]); }, kFloatInt));
-  c.push_back(op("sum_of_empty_keeps_empty", {f({0, 3})},
-                 [](const Inputs& x) { return sum(x[0], {1}, true); }, kFloatInt));
-  c.push_back(op("mean_empty_axis", {f({0, 3})}, [](const Inputs& x) { return mean(x[0], {0}); })
-                  .nondiff());
+  c.push_back(op(
+      "sum_empty_axis", {f({0, 3})}, [](const Inputs& x) { return sum(x[0], {0}); }, kFloatInt));
+  c.push_back(op(
+      "sum_empty_all", {f({2, 0})}, [](const Inputs& x) { return sum(x[0]); }, kFloatInt));
+  c.push_back(op(
+      "sum_of_empty_keeps_empty", {f({0, 3})}, [](const Inputs& x) { return sum(x[0], {1}, true); },
+      kFloatInt));
+  c.push_back(op("mean_empty_axis", {f({0, 3})}, [](const Inputs& x) {
+                return mean(x[0], {0});
+              }).nondiff());
   c.push_back(op("prod_empty_axis", {f({0, 3})}, [](const Inputs& x) { return prod(x[0], {0}); }));
   c.push_back(op("sum_scalar_input", {f({})}, [](const Inputs& x) { return sum(x[0]); }));
   // Tensor methods.
@@ -119,50 +128,61 @@ std::vector<OpCase> reduction_cases() {
                  [](const Inputs& x) { return x[0].mean({0}, true); }));
 
   // Whole-tensor max/min, (values, indices) along a dim, argmax/argmin.
-  c.push_back(op("max_all", {f({3, 4, 5})}, [](const Inputs& x) { return max(x[0]); }, kFloatInt));
-  c.push_back(op("min_all", {f({4, 5}, L::transposed)}, [](const Inputs& x) { return min(x[0]); },
-                 kFloatInt));
+  c.push_back(op(
+      "max_all", {f({3, 4, 5})}, [](const Inputs& x) { return max(x[0]); }, kFloatInt));
+  c.push_back(op(
+      "min_all", {f({4, 5}, L::transposed)}, [](const Inputs& x) { return min(x[0]); }, kFloatInt));
   for (int64_t dim : {0, 1, -1}) {
     for (bool keep : {false, true}) {
       std::string tag = dim < 0 ? "_m" : "_";
       tag += std::to_string(dim < 0 ? -dim : dim);
       if (keep) tag += "_keep";
-      c.push_back(opn("max_dim" + tag, {f({3, 4, 5})},
-                      [dim, keep](const Inputs& x) {
-                        ValuesIndices r = max(x[0], dim, keep);
-                        return std::vector<Tensor>{r.values, r.indices};
-                      },
-                      kFloatInt));
-      c.push_back(opn("min_dim" + tag, {f({3, 4, 5}, L::channels_last)},
-                      [dim, keep](const Inputs& x) {
-                        ValuesIndices r = min(x[0], dim, keep);
-                        return std::vector<Tensor>{r.values, r.indices};
-                      },
-                      kFloatInt));
-      c.push_back(op("argmax" + tag, {f({3, 4, 5})},
-                     [dim, keep](const Inputs& x) { return argmax(x[0], dim, keep); }, kFloatInt)
+      c.push_back(opn(
+          "max_dim" + tag, {f({3, 4, 5})},
+          [dim, keep](const Inputs& x) {
+            ValuesIndices r = max(x[0], dim, keep);
+            return std::vector<Tensor>{r.values, r.indices};
+          },
+          kFloatInt));
+      c.push_back(opn(
+          "min_dim" + tag, {f({3, 4, 5}, L::channels_last)},
+          [dim, keep](const Inputs& x) {
+            ValuesIndices r = min(x[0], dim, keep);
+            return std::vector<Tensor>{r.values, r.indices};
+          },
+          kFloatInt));
+      c.push_back(op(
+                      "argmax" + tag, {f({3, 4, 5})},
+                      [dim, keep](const Inputs& x) { return argmax(x[0], dim, keep); }, kFloatInt)
                       .nondiff());
-      c.push_back(op("argmin" + tag, {f({3, 4, 5}, L::strided)},
-                     [dim, keep](const Inputs& x) { return argmin(x[0], dim, keep); }, kFloatInt)
+      c.push_back(op(
+                      "argmin" + tag, {f({3, 4, 5}, L::strided)},
+                      [dim, keep](const Inputs& x) { return argmin(x[0], dim, keep); }, kFloatInt)
                       .nondiff());
     }
   }
   // Ties: the first index of the extreme value wins (PyTorch's rule on the CPU and GPU).
   c.push_back(
-      op("argmax_ties", {ties({6, 7})}, [](const Inputs& x) { return argmax(x[0], 1); }, kFloatInt)
+      op(
+          "argmax_ties", {ties({6, 7})}, [](const Inputs& x) { return argmax(x[0], 1); }, kFloatInt)
           .nondiff());
   c.push_back(
-      op("argmin_ties", {ties({6, 7})}, [](const Inputs& x) { return argmin(x[0], 0); }, kFloatInt)
+      op(
+          "argmin_ties", {ties({6, 7})}, [](const Inputs& x) { return argmin(x[0], 0); }, kFloatInt)
           .nondiff());
-  c.push_back(op("method_argmax", {f({4, 6})}, [](const Inputs& x) { return x[0].argmax(1); })
-                  .nondiff());
+  c.push_back(
+      op("method_argmax", {f({4, 6})}, [](const Inputs& x) { return x[0].argmax(1); }).nondiff());
 
   c.push_back(op("norm", {f({3, 4, 5})}, [](const Inputs& x) { return norm(x[0]); }));
   c.push_back(
       op("norm_strided", {f({4, 6}, L::strided)}, [](const Inputs& x) { return norm(x[0]); }));
   const std::vector<DType> one = {DType::f32};
-  c.push_back(op("any", {mask({3, 4})}, [](const Inputs& x) { return any(x[0]); }, one).nondiff());
-  c.push_back(op("all", {mask({2, 2})}, [](const Inputs& x) { return all(x[0]); }, one).nondiff());
+  c.push_back(op(
+                  "any", {mask({3, 4})}, [](const Inputs& x) { return any(x[0]); }, one)
+                  .nondiff());
+  c.push_back(op(
+                  "all", {mask({2, 2})}, [](const Inputs& x) { return all(x[0]); }, one)
+                  .nondiff());
   c.push_back(op("any_float", {ties({3, 4})}, [](const Inputs& x) { return any(x[0]); }).nondiff());
   c.push_back(op("all_float", {ties({2, 3})}, [](const Inputs& x) { return all(x[0]); }).nondiff());
   return c;

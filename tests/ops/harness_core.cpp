@@ -47,7 +47,9 @@ const std::vector<OpCase>& all_cases() {
 
 namespace {
 
-bool floating_kind(Kind k) { return k == Kind::floating || k == Kind::ties || k == Kind::special; }
+bool floating_kind(Kind k) {
+  return k == Kind::floating || k == Kind::ties || k == Kind::special;
+}
 
 DType input_dtype(const In& in, DType test_dtype) {
   switch (in.kind) {
@@ -121,7 +123,8 @@ std::vector<std::vector<double>> draw_inputs(const OpCase& c, uint64_t seed, DTy
       const double u = unit(rng);
       switch (in.kind) {
         case Kind::floating:
-          x = integral ? std::floor(5 * in.lo + u * 5 * (in.hi - in.lo)) : in.lo + u * (in.hi - in.lo);
+          x = integral ? std::floor(5 * in.lo + u * 5 * (in.hi - in.lo))
+                       : in.lo + u * (in.hi - in.lo);
           break;
         case Kind::ties:
           x = in.lo + u * (in.hi - in.lo);
@@ -310,9 +313,13 @@ PoisonGuard::PoisonGuard() : previous_(allocator_for(DeviceType::CPU)) {
   register_allocator(DeviceType::CPU, &g_poison);
 }
 
-PoisonGuard::~PoisonGuard() { register_allocator(DeviceType::CPU, previous_); }
+PoisonGuard::~PoisonGuard() {
+  register_allocator(DeviceType::CPU, previous_);
+}
 
-std::string device_tag(Device d) { return d.is_cpu() ? "cpu" : "cuda" + std::to_string(d.index()); }
+std::string device_tag(Device d) {
+  return d.is_cpu() ? "cpu" : "cuda" + std::to_string(d.index());
+}
 
 std::string dtype_tag(DType t) {
   switch (t) {

@@ -8,6 +8,8 @@
 //  - OpHarness/Gradcheck.<case>_<device>: float64 autograd gradients against central finite
 //    differences (eps 1e-6, atol 1e-5, rtol 1e-3), through the entry's non-contiguous layouts.
 // CUDA instances skip cleanly when no GPU is present.
+#include <gtest/gtest-spi.h>
+
 #include <cmath>
 #include <random>
 #include <sstream>
@@ -42,7 +44,9 @@ std::string param_name(const ::testing::TestParamInfo<CaseDevice>& info) {
   return all_cases()[info.param.index].name + "_" + device_tag(info.param.device);
 }
 
-bool skip_device(Device d) { return d.is_cuda() && cuda_device_count() <= d.index(); }
+bool skip_device(Device d) {
+  return d.is_cuda() && cuda_device_count() <= d.index();
+}
 
 std::vector<double> random_values(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -54,7 +58,7 @@ std::vector<double> random_values(size_t n, uint64_t seed) {
 
 // The gradient-check projection: the scalar sum_k <out_k, w_k> for the differentiable outputs.
 struct Projection {
-  std::vector<size_t> outputs;   // which outputs take part (floating, within diff_outputs)
+  std::vector<size_t> outputs;  // which outputs take part (floating, within diff_outputs)
   std::vector<std::vector<double>> weights;
 };
 
@@ -152,8 +156,8 @@ void run_forward(const OpCase& c, Device device, DType dtype, uint64_t seed) {
     const double chain = half ? 4.0 : 1.0;
     const Tolerance tol =
         tolerance_for(g_test[i].dtype(), g_ref[i], c.tol * c.grad_tol * chain, 1.0);
-    EXPECT_TRUE(compare(g_test[i], g_ref[i], tol.rtol, tol.atol,
-                        "gradient of input " + std::to_string(i)));
+    EXPECT_TRUE(
+        compare(g_test[i], g_ref[i], tol.rtol, tol.atol, "gradient of input " + std::to_string(i)));
     EXPECT_EQ(g_test[i].dtype(), test.leaves[i].dtype()) << "gradient of input " << i;
   }
 }
@@ -299,8 +303,7 @@ TEST_P(RandomOps, DropoutTrainingStatistics) {
   EXPECT_TRUE(compare(dropout(x, 1.0, true, &gen), zeros_like(x), 0, 0, "dropout with p = 1"));
 }
 
-INSTANTIATE_TEST_SUITE_P(OpHarness, RandomOps,
-                         ::testing::Values(Device::cpu(), Device::cuda(0)),
+INSTANTIATE_TEST_SUITE_P(OpHarness, RandomOps, ::testing::Values(Device::cpu(), Device::cuda(0)),
                          [](const ::testing::TestParamInfo<Device>& info) {
                            return device_tag(info.param);
                          });
@@ -311,13 +314,70 @@ TEST(OpHarnessCuda, RandomStreamsMatchTheCpu) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Generator a(seed), b(seed);
-  EXPECT_TRUE(compare(rand({37, 5}, {}, &a), rand({37, 5}, {DType::f32, Device::cuda(0)}, &b),
-                      1e-7, 0, "rand"));
+  EXPECT_TRUE(compare(rand({37, 5}, {}, &a), rand({37, 5}, {DType::f32, Device::cuda(0)}, &b), 1e-7,
+                      0, "rand"));
   EXPECT_TRUE(compare(randn({37, 5}, {}, &a), randn({37, 5}, {DType::f32, Device::cuda(0)}, &b),
                       1e-5, 1e-6, "randn"));
   Tensor x = testing::random_tensor({64, 33}, seed, 0.5, 1.5, DType::f32);
   EXPECT_TRUE(compare(dropout(x, 0.4, true, &a), dropout(x.to(Device::cuda(0)), 0.4, true, &b),
                       1e-6, 0, "dropout"));
+}
+
+// --------------------------------------------------------------------- the harness checks itself
+// Deliberately broken "ops" must make the harness fail, each for the right reason.
+TEST(OpHarnessSelfTest, CatchesAWrongStridedPath) {
+  const OpCase c = op("broken_strided", {f({4, 5}, Layout::transposed)}, [](const Inputs& x) {
+    return x[0].is_contiguous() ? exp(x[0]) : add(exp(x[0]), 1e-3);
+  });
+  EXPECT_NONFATAL_FAILURE(run_forward(c, Device::cpu(), DType::f32, testing::fresh_seed()),
+                          "out of tolerance");
+}
+
+TEST(OpHarnessSelfTest, CatchesAnUnwrittenElement) {
+  const OpCase c = op("broken_unwritten", {f({3, 4})}, [](const Inputs& x) {
+    Tensor out = empty(x[0].sizes(), x[0].options());  // poisoned memory in the test run
+    NoGradGuard no_grad;
+    // The float32 "kernel" forgets the last row; the float64 reference writes everything.
+    const int64_t rows = x[0].dtype() == DType::f32 ? 2 : 3;
+    out.slice(0, 0, rows).copy_(x[0].slice(0, 0, rows));
+    return out;
+  });
+  EXPECT_NONFATAL_FAILURE(run_forward(c, Device::cpu(), DType::f32, testing::fresh_seed()),
+                          "NaN where the reference has a value");
+}
+
+TEST(OpHarnessSelfTest, CatchesNondeterminism) {
+  const OpCase c = op("broken_nondeterministic", {f({3, 4})}, [](const Inputs& x) {
+    static int calls = 0;
+    return add(x[0], 1e-3 * (++calls % 2));
+  });
+  EXPECT_NONFATAL_FAILURE(run_forward(c, Device::cpu(), DType::f64, testing::fresh_seed()),
+                          "two runs on the same inputs differ");
+}
+
+TEST(OpHarnessSelfTest, CatchesAWrongGradient) {
+  // y = x.detach() * x: the forward is x^2, autograd says x, the truth is 2x.
+  const OpCase c = op("broken_gradient", {f({3, 4}, Layout::strided)},
+                      [](const Inputs& x) { return mul(x[0].detach(), x[0]); });
+  EXPECT_NONFATAL_FAILURE(run_gradcheck(c, Device::cpu(), testing::fresh_seed()),
+                          "differ from finite differences");
+}
+
+TEST(OpHarnessSelfTest, CatchesALowPrecisionGradientBug) {
+  // Correct in f64 (the reference), 1 % off in f16: the gradient comparison must notice.
+  const OpCase c = op("broken_half_backward", {f({3, 4})}, [](const Inputs& x) {
+    if (x[0].dtype() != DType::f16) return mul(x[0], 2.0);
+    return add(mul(x[0].detach(), 2.0), mul(sub(x[0], x[0].detach()), 2.02));
+  });
+  EXPECT_NONFATAL_FAILURE(run_forward(c, Device::cpu(), DType::f16, testing::fresh_seed()),
+                          "gradient of input 0");
+}
+
+TEST(OpHarnessSelfTest, CatchesAWrongOutputDtype) {
+  const OpCase c =
+      op("broken_dtype", {f({2, 3})}, [](const Inputs& x) { return x[0].to(DType::f64); });
+  EXPECT_NONFATAL_FAILURE(run_forward(c, Device::cpu(), DType::f32, testing::fresh_seed()),
+                          "float64");
 }
 
 }  // namespace

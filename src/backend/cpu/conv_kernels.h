@@ -407,5 +407,36 @@ constexpr int kDotRows = 4, kDotCols = 5;  // 20 accumulators + 4 grad_out vecto
 
 // part[i][j][lane] += sum over vectors v of A[i][v] * B[j][v] (lanes kept apart). Rows past
 // na / nb repeat the last valid one and are not stored.
+template <typename T>
+void dot_tile(const T* A, int64_t lda, int na, const T* B, int64_t ldb, int nb, int64_t nvec,
+              T* part, int64_t ld_part) {
+  using VT = Vec<T>;
+  constexpr int W = VT::W;
+  typename VT::R acc[kDotRows][kDotCols];
+  const T* a[kDotRows];
+  const T* b[kDotCols];
+  for (int i = 0; i < kDotRows; ++i) a[i] = A + std::min(i, na - 1) * lda;
+  for (int j = 0; j < kDotCols; ++j) b[j] = B + std::min(j, nb - 1) * ldb;
+#pragma GCC unroll 8
+  for (int i = 0; i < kDotRows; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < kDotCols; ++j) acc[i][j] = VT::zero();
+  for (int64_t v = 0; v < nvec; ++v) {
+    typename VT::R av[kDotRows];
+#pragma GCC unroll 8
+    for (int i = 0; i < kDotRows; ++i) av[i] = VT::load(a[i] + v * W);
+#pragma GCC unroll 8
+    for (int j = 0; j < kDotCols; ++j) {
+      const typename VT::R bv = VT::load(b[j] + v * W);
+#pragma GCC unroll 8
+      for (int i = 0; i < kDotRows; ++i) acc[i][j] = VT::fma(av[i], bv, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < na; ++i)
+    for (int j = 0; j < nb; ++j) {
+      T* p = part + (i * ld_part + j) * W;
+      VT::store(p, VT::fma(acc[i][j], VT::set1(T(1)), VT::load(p)));
+    }
+}
 
 }  // namespace gradus::backend::cpu::convk

@@ -53,21 +53,37 @@ void for_blocks(int64_t first, int64_t n, const Block& block, const One& one) {
   for (k += blocks * 4; k < n; ++k) one(k, first + k);
 }
 
+// out[4g .. 4g+3] = the unit floats / raw words of block base + g. Plain functions (not
+// lambdas) so GCC vectorises the loops across blocks.
+__attribute__((noinline)) void unit_blocks(float* __restrict out, int64_t blocks, uint64_t base,
+                                           uint64_t key) {
+#pragma omp simd
+  for (int64_t g = 0; g < blocks; ++g) {
+    const auto w = philox4x32(base + static_cast<uint64_t>(g), key);
+    out[4 * g] = uint_to_unit_float(w[0]);
+    out[4 * g + 1] = uint_to_unit_float(w[1]);
+    out[4 * g + 2] = uint_to_unit_float(w[2]);
+    out[4 * g + 3] = uint_to_unit_float(w[3]);
+  }
+}
+__attribute__((noinline)) void word_blocks(uint32_t* __restrict out, int64_t blocks, uint64_t base,
+                                           uint64_t key) {
+#pragma omp simd
+  for (int64_t g = 0; g < blocks; ++g) {
+    const auto w = philox4x32(base + static_cast<uint64_t>(g), key);
+    out[4 * g] = w[0];
+    out[4 * g + 1] = w[1];
+    out[4 * g + 2] = w[2];
+    out[4 * g + 3] = w[3];
+  }
+}
+
 // u[k] = uint_to_unit_float(word(first + k)).
 void unit_floats(PhiloxState st, int64_t first, int64_t n, float* u) {
   for_blocks(
       first, n,
       [&](int64_t k, int64_t g0, int64_t blocks) {
-        float* out = u + k;
-        const uint64_t base = st.offset + static_cast<uint64_t>(g0), key = st.seed;
-#pragma omp simd
-        for (int64_t g = 0; g < blocks; ++g) {
-          const auto w = philox4x32(base + static_cast<uint64_t>(g), key);
-          out[4 * g] = uint_to_unit_float(w[0]);
-          out[4 * g + 1] = uint_to_unit_float(w[1]);
-          out[4 * g + 2] = uint_to_unit_float(w[2]);
-          out[4 * g + 3] = uint_to_unit_float(w[3]);
-        }
+        unit_blocks(u + k, blocks, st.offset + static_cast<uint64_t>(g0), st.seed);
       },
       [&](int64_t k, int64_t i) { u[k] = uint_to_unit_float(word_at(st, i)); });
 }
@@ -77,16 +93,7 @@ void raw_words(PhiloxState st, int64_t first, int64_t n, uint32_t* w) {
   for_blocks(
       first, n,
       [&](int64_t k, int64_t g0, int64_t blocks) {
-        uint32_t* out = w + k;
-        const uint64_t base = st.offset + static_cast<uint64_t>(g0), key = st.seed;
-#pragma omp simd
-        for (int64_t g = 0; g < blocks; ++g) {
-          const auto b = philox4x32(base + static_cast<uint64_t>(g), key);
-          out[4 * g] = b[0];
-          out[4 * g + 1] = b[1];
-          out[4 * g + 2] = b[2];
-          out[4 * g + 3] = b[3];
-        }
+        word_blocks(w + k, blocks, st.offset + static_cast<uint64_t>(g0), st.seed);
       },
       [&](int64_t k, int64_t i) { w[k] = word_at(st, i); });
 }
@@ -102,24 +109,29 @@ inline void box_muller(uint32_t w0, uint32_t w1, float& n0, float& n1) {
   n1 = rad * s;
 }
 
+// out[4g .. 4g+3] = the normals of block base + g. A plain function (not a lambda) so GCC
+// vectorises the loop across blocks.
+__attribute__((noinline)) void normal_blocks(float* __restrict out, int64_t blocks, uint64_t base,
+                                             uint64_t key) {
+#pragma omp simd
+  for (int64_t g = 0; g < blocks; ++g) {
+    const auto w = philox4x32(base + static_cast<uint64_t>(g), key);
+    float n0, n1, n2, n3;
+    box_muller(w[0], w[1], n0, n1);
+    box_muller(w[2], w[3], n2, n3);
+    out[4 * g] = n0;
+    out[4 * g + 1] = n1;
+    out[4 * g + 2] = n2;
+    out[4 * g + 3] = n3;
+  }
+}
+
 // z[k] = the standard normal of stream element first + k.
 void normal_floats(PhiloxState st, int64_t first, int64_t n, float* z) {
   for_blocks(
       first, n,
       [&](int64_t k, int64_t g0, int64_t blocks) {
-        float* out = z + k;
-        const uint64_t base = st.offset + static_cast<uint64_t>(g0), key = st.seed;
-#pragma omp simd
-        for (int64_t g = 0; g < blocks; ++g) {
-          const auto w = philox4x32(base + static_cast<uint64_t>(g), key);
-          float n0, n1, n2, n3;
-          box_muller(w[0], w[1], n0, n1);
-          box_muller(w[2], w[3], n2, n3);
-          out[4 * g] = n0;
-          out[4 * g + 1] = n1;
-          out[4 * g + 2] = n2;
-          out[4 * g + 3] = n3;
-        }
+        normal_blocks(z + k, blocks, st.offset + static_cast<uint64_t>(g0), st.seed);
       },
       [&](int64_t k, int64_t i) {
         const auto w = philox4x32(st.offset + static_cast<uint64_t>(i) / 4, st.seed);

@@ -309,6 +309,7 @@ void run_reduce(const Acc& acc, const Tensor& x, const Tensor& out, const Plan& 
 #pragma omp simd
                            for (int64_t j = 0; j < w; ++j) st[j] += Acc::map(convert<V>(row[j]));
                          } else {
+#pragma omp simd  // columns are independent
                            for (int64_t j = 0; j < w; ++j)
                              acc.add(st[j], convert<V>(row[j]), idx + r);
                          }

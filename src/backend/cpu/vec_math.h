@@ -63,30 +63,37 @@ inline float tanh(float x) {
   return z < 0.625f ? small : std::copysign(large, x);
 }
 
-// erfc(a) for a >= 0.875 as e^{-a^2} t P(t), t = 1 / (1 + a/2), P a degree-7 fit of
-// erfcx(a) / t (relative error < 3e-7 in float on [0.875, inf)). The rounding error of a^2 is
-// folded back with an FMA, so the result stays accurate relative to erfc's tiny tail values.
-// sq + sq_err = a^2 (the caller passes a^2 split exactly, or sq_err = 0).
-inline float erfc_large(float a, float sq, float sq_err) {
-  a = a > 10.0f ? 10.0f : a;            // erfc(10) underflows float anyway
-  const bool underflow = sq >= 100.0f;  // erfc(10) < 2^-149: float's answer is 0
-  sq_err = underflow ? 0.0f : sq_err;   // (inf * inf - inf would be NaN)
-  sq = underflow ? 100.0f : sq;
-  const float t = 1.0f / fmadd(0.5f, a, 1.0f);
-  float p = 0.08929695934057236f;
-  p = fmadd(p, t, -0.2175718992948532f);
-  p = fmadd(p, t, 0.07634807378053665f);
-  p = fmadd(p, t, 0.062094952911138535f);
-  p = fmadd(p, t, 0.17942073941230774f);
-  p = fmadd(p, t, 0.24661526083946228f);
-  p = fmadd(p, t, 0.28210052847862244f);
-  p = fmadd(p, t, 0.2820947766304016f);
-  const float r = exp(-sq) * (1.0f - sq_err) * (t * p);
-  return underflow ? 0.0f : r;
+// erfcx(a) = e^{a^2} erfc(a) ~ t P(t) with t = 1 / (1 + a/2), for every a >= 0: P is a degree-9
+// relative-error fit (< 3e-7 in float), so e^{-a^2} t P(t) is accurate relative to erfc's
+// tiny tail values.
+inline float erfcx_poly(float t) {
+  float p = -0.025567354634404182f;
+  p = fmadd(p, t, 0.06466630101203918f);
+  p = fmadd(p, t, 0.030357513576745987f);
+  p = fmadd(p, t, -0.19813218712806702f);
+  p = fmadd(p, t, 0.07920948415994644f);
+  p = fmadd(p, t, 0.05835900083184242f);
+  p = fmadd(p, t, 0.1803935319185257f);
+  p = fmadd(p, t, 0.24651473760604858f);
+  p = fmadd(p, t, 0.2821040749549866f);
+  p = fmadd(p, t, 0.2820947468280792f);
+  return t * p;
 }
+
+// e^{-(sq + sq_err)} where sq + sq_err is a square split exactly (sq_err from an FMA, so the
+// rounding of the square does not cost relative accuracy far in the tail); 0 once it underflows.
+inline float exp_neg_split(float sq, float sq_err) {
+  const bool underflow = sq >= 104.0f;
+  sq_err = underflow ? 0.0f : sq_err;  // (inf * inf - inf would be NaN)
+  const float e = exp(underflow ? -104.0f : -sq) * (1.0f - sq_err);
+  return underflow ? 0.0f : e;
+}
+
+// erfc(a) for a >= 0.
 inline float erfc_large(float a) {
   const float sq = a * a;
-  return erfc_large(a, sq, fmadd(a, a, -sq));  // exact split with FMA
+  const float t = 1.0f / fmadd(0.5f, a, 1.0f);
+  return exp_neg_split(sq, fmadd(a, a, -sq)) * erfcx_poly(t);
 }
 
 // erf(x) for |x| < 0.875 as x + x P(x^2), P a degree-5 relative-error fit (< 2e-7 in float).
@@ -107,16 +114,22 @@ inline float erf(float x) {
   return a < 0.875f ? erf_small(x) : std::copysign(big, x);
 }
 
-// Standard normal CDF Phi(x) = erfc(-x / sqrt 2) / 2, accurate relative to its value in both
-// tails (GELU = x Phi(x) stays accurate for very negative x).
-inline float normal_cdf(float x) {
-  const float z = x * 0.70710678118654752f;
-  const float a = std::fabs(z);
-  const float mid = fmadd(0.5f, erf_small(z), 0.5f);
-  // z^2 = x^2 / 2 taken from x (not the rounded z) so the tail keeps its relative accuracy.
+// The standard normal CDF Phi(x) = erfc(-x / sqrt 2) / 2 and density phi(x), sharing one exp:
+// e^{-x^2/2} is both phi's numerator and erfc's scale. Phi is accurate relative to its value in
+// both tails (GELU = x Phi(x) stays accurate for very negative x).
+inline void normal_cdf_pdf(float x, float& cdf, float& pdf) {
+  const float a = std::fabs(x) * 0.70710678118654752f;
   const float xx = x * x;
-  const float tail = 0.5f * erfc_large(a, 0.5f * xx, 0.5f * fmadd(x, x, -xx));  // Phi(-|x|)
-  return a < 0.875f ? mid : (x < 0.0f ? tail : 1.0f - tail);
+  // x^2 / 2 split exactly from x itself (not from the rounded a).
+  const float e = exp_neg_split(0.5f * xx, 0.5f * fmadd(x, x, -xx));
+  const float tail = 0.5f * e * erfcx_poly(1.0f / fmadd(0.5f, a, 1.0f));  // Phi(-|x|)
+  cdf = x < 0.0f ? tail : 1.0f - tail;
+  pdf = e * 0.39894228040143267794f;
+}
+inline float normal_cdf(float x) {
+  float cdf, pdf;
+  normal_cdf_pdf(x, cdf, pdf);
+  return cdf;
 }
 
 // Natural log for positive normal floats (Cephes logf: m in [sqrt(1/2), sqrt(2)), degree-8
@@ -182,6 +195,13 @@ inline double erf(double x) {
 inline double normal_cdf(double x) {
   return 0.5 * std::erfc(-x * 0.70710678118654752440);
 }
+inline void normal_cdf_pdf(double x, double& cdf, double& pdf) {
+  cdf = normal_cdf(x);
+  pdf = std::exp(-0.5 * x * x) * 0.39894228040143267794;
+}
+inline double fmadd(double a, double b, double c) {
+  return a * b + c;
+}
 
 // Activations shared by the elementwise kernels and the GEMM epilogue (C = float or double).
 inline constexpr double kSqrt2OverPi = 0.79788456080286535588;
@@ -194,8 +214,9 @@ inline C gelu(C x) {
 // d/dx x Phi(x) = Phi(x) + x phi(x)
 template <typename C>
 inline C gelu_grad(C x) {
-  const C pdf = exp(C(-0.5) * x * x) * C(0.39894228040143267794);
-  return normal_cdf(x) + x * pdf;
+  C cdf, pdf;
+  normal_cdf_pdf(x, cdf, pdf);
+  return fmadd(x, pdf, cdf);
 }
 // 0.5 x (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3), written as x sigmoid(2u): no
 // cancellation for negative x.

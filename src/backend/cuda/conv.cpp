@@ -6,6 +6,8 @@
 // Workspaces come from the pool allocator. f16 / bf16 run on tensor cores with float
 // accumulation; float32 uses TF32 only when allowed (gradus::cuda::set_allow_tf32).
 // The bias is added by the elementwise kernels; its gradient is a reduction over (N, H, W).
+// Without cuDNN (or with GRADUS_CONV_IM2COL=1) convolutions run as im2col + GEMM
+// (conv_im2col.cpp).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -14,11 +16,23 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/conv_im2col.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/runtime.h"
 
 namespace gradus::backend::cuda {
 namespace {
+
+bool use_cudnn() {
+#if GRADUS_HAS_CUDNN
+  const char* env = std::getenv("GRADUS_CONV_IM2COL");  // read per call: tests switch it
+  return env == nullptr || std::strcmp(env, "1") != 0;
+#else
+  return false;
+#endif
+}
+
+#if GRADUS_HAS_CUDNN
 
 enum class Dir { forward, backward_data, backward_filter };
 
@@ -218,6 +232,8 @@ Problem make_problem(const Tensor& x, const Tensor& w, const Tensor& y, const Co
   return p;
 }
 
+#endif  // GRADUS_HAS_CUDNN
+
 // Contiguous view of t in `dtype` (t itself when it already is one).
 Tensor packed(CudaBackend& be, const Tensor& t, DType dtype) {
   if (t.is_contiguous() && t.dtype() == dtype) return t;
@@ -226,24 +242,26 @@ Tensor packed(CudaBackend& be, const Tensor& t, DType dtype) {
   return c;
 }
 
-// Runs `fn(out_ptr)` into out directly when it is contiguous, else into a temporary.
+// Runs fn(target) with target = out when it is contiguous, else a temporary copied back.
 template <typename F>
 void into(CudaBackend& be, const Tensor& out, F&& fn) {
   if (out.is_contiguous()) {
-    fn(out.raw_data());
+    fn(out);
     return;
   }
   Tensor tmp = empty(out.sizes(), {out.dtype(), out.device()});
-  fn(tmp.raw_data());
+  fn(tmp);
   be.copy(tmp, out);
 }
 
+#if GRADUS_HAS_CUDNN
 struct Scale {
   double d1 = 1.0, d0 = 0.0;
   float f1 = 1.0f, f0 = 0.0f;
   const void* one(DType t) const { return t == DType::f64 ? static_cast<const void*>(&d1) : &f1; }
   const void* zero(DType t) const { return t == DType::f64 ? static_cast<const void*>(&d0) : &f0; }
 };
+#endif
 
 }  // namespace
 
@@ -256,19 +274,26 @@ void CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b
     fill(out, 0.0);
   } else {
     const Tensor x = packed(*this, x_in, t), w = packed(*this, w_in, t);
-    const Problem p = make_problem(x, w, out, args);
-    cudnnHandle_t h = cudnn_handle(p.device);
-    into(*this, out, [&](void* y) {
-      Descs d;
-      make_descs(p, d, default_math(p));
-      const Choice c = choose(p, Dir::forward, h, d, x.raw_data(), w.raw_data(), nullptr, y);
-      GRADUS_CUDNN_CHECK("conv2d", cudnnSetConvolutionMathType(d.conv, c.math));
-      Workspace ws(c.workspace, p.device, "conv2d");
-      const Scale s;
-      GRADUS_CUDNN_CHECK(
-          "conv2d", cudnnConvolutionForward(h, s.one(t), d.x, x.raw_data(), d.w, w.raw_data(),
-                                            d.conv, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo),
-                                            ws.data(), c.workspace, s.zero(t), d.y, y));
+    into(*this, out, [&](const Tensor& y) {
+#if GRADUS_HAS_CUDNN
+      if (use_cudnn()) {
+        const Problem p = make_problem(x, w, y, args);
+        cudnnHandle_t h = cudnn_handle(p.device);
+        Descs d;
+        make_descs(p, d, default_math(p));
+        const Choice c =
+            choose(p, Dir::forward, h, d, x.raw_data(), w.raw_data(), nullptr, y.raw_data());
+        GRADUS_CUDNN_CHECK("conv2d", cudnnSetConvolutionMathType(d.conv, c.math));
+        Workspace ws(c.workspace, p.device, "conv2d");
+        const Scale s;
+        GRADUS_CUDNN_CHECK("conv2d", cudnnConvolutionForward(
+                                         h, s.one(t), d.x, x.raw_data(), d.w, w.raw_data(), d.conv,
+                                         static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws.data(),
+                                         c.workspace, s.zero(t), d.y, y.raw_data()));
+        return;
+      }
+#endif
+      im2col::forward(*this, x, w, y, args);
     });
   }
   if (bias.defined()) {
@@ -288,20 +313,27 @@ void CudaBackend::conv2d_backward_data(const Tensor& grad_out, const Tensor& w_i
     return;
   }
   const Tensor gy = packed(*this, grad_out, t), w = packed(*this, w_in, t);
-  const Problem p = make_problem(grad_x, w, gy, args);
-  cudnnHandle_t h = cudnn_handle(p.device);
-  into(*this, grad_x, [&](void* gx) {
-    Descs d;
-    make_descs(p, d, default_math(p));
-    const Choice c = choose(p, Dir::backward_data, h, d, nullptr, w.raw_data(), gy.raw_data(), gx);
-    GRADUS_CUDNN_CHECK("conv2d backward", cudnnSetConvolutionMathType(d.conv, c.math));
-    Workspace ws(c.workspace, p.device, "conv2d backward");
-    const Scale s;
-    GRADUS_CUDNN_CHECK(
-        "conv2d backward",
-        cudnnConvolutionBackwardData(h, s.one(t), d.w, w.raw_data(), d.y, gy.raw_data(), d.conv,
-                                     static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws.data(),
-                                     c.workspace, s.zero(t), d.x, gx));
+  into(*this, grad_x, [&](const Tensor& gx) {
+#if GRADUS_HAS_CUDNN
+    if (use_cudnn()) {
+      const Problem p = make_problem(gx, w, gy, args);
+      cudnnHandle_t h = cudnn_handle(p.device);
+      Descs d;
+      make_descs(p, d, default_math(p));
+      const Choice c =
+          choose(p, Dir::backward_data, h, d, nullptr, w.raw_data(), gy.raw_data(), gx.raw_data());
+      GRADUS_CUDNN_CHECK("conv2d backward", cudnnSetConvolutionMathType(d.conv, c.math));
+      Workspace ws(c.workspace, p.device, "conv2d backward");
+      const Scale s;
+      GRADUS_CUDNN_CHECK(
+          "conv2d backward",
+          cudnnConvolutionBackwardData(h, s.one(t), d.w, w.raw_data(), d.y, gy.raw_data(), d.conv,
+                                       static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
+                                       ws.data(), c.workspace, s.zero(t), d.x, gx.raw_data()));
+      return;
+    }
+#endif
+    im2col::backward_data(*this, gy, w, gx, args);
   });
 }
 
@@ -316,21 +348,27 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x
       fill(grad_w, 0.0);
     } else {
       const Tensor gy = packed(*this, grad_out, t), x = packed(*this, x_in, t);
-      const Problem p = make_problem(x, grad_w, gy, args);
-      cudnnHandle_t h = cudnn_handle(p.device);
-      into(*this, grad_w, [&](void* gw) {
-        Descs d;
-        make_descs(p, d, default_math(p));
-        const Choice c =
-            choose(p, Dir::backward_filter, h, d, x.raw_data(), nullptr, gy.raw_data(), gw);
-        GRADUS_CUDNN_CHECK("conv2d backward", cudnnSetConvolutionMathType(d.conv, c.math));
-        Workspace ws(c.workspace, p.device, "conv2d backward");
-        const Scale s;
-        GRADUS_CUDNN_CHECK("conv2d backward",
-                           cudnnConvolutionBackwardFilter(
-                               h, s.one(t), d.x, x.raw_data(), d.y, gy.raw_data(), d.conv,
-                               static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws.data(),
-                               c.workspace, s.zero(t), d.w, gw));
+      into(*this, grad_w, [&](const Tensor& gw) {
+#if GRADUS_HAS_CUDNN
+        if (use_cudnn()) {
+          const Problem p = make_problem(x, gw, gy, args);
+          cudnnHandle_t h = cudnn_handle(p.device);
+          Descs d;
+          make_descs(p, d, default_math(p));
+          const Choice c = choose(p, Dir::backward_filter, h, d, x.raw_data(), nullptr,
+                                  gy.raw_data(), gw.raw_data());
+          GRADUS_CUDNN_CHECK("conv2d backward", cudnnSetConvolutionMathType(d.conv, c.math));
+          Workspace ws(c.workspace, p.device, "conv2d backward");
+          const Scale s;
+          GRADUS_CUDNN_CHECK("conv2d backward",
+                             cudnnConvolutionBackwardFilter(
+                                 h, s.one(t), d.x, x.raw_data(), d.y, gy.raw_data(), d.conv,
+                                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws.data(),
+                                 c.workspace, s.zero(t), d.w, gw.raw_data()));
+          return;
+        }
+#endif
+        im2col::backward_weight(*this, gy, x, gw, args);
       });
     }
   }

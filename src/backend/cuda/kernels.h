@@ -155,6 +155,22 @@ void launch_adaptive_avg_pool2d(const void* x, void* out, DType dtype, const Poo
 void launch_adaptive_avg_pool2d_backward(const void* grad_out, void* grad_x, DType dtype,
                                          const PoolShape& s, cudaStream_t stream);
 
+// ---------------------------------------------------------------------------- im2col.cu
+// Convolution without cuDNN: columns of `images` consecutive images for channel group g.
+struct ConvGeom {
+  int64_t c = 0, h = 0, w = 0;  // input channels (all groups), height, width
+  int64_t cg = 0;               // channels per group
+  int64_t kh = 0, kw = 0, oh = 0, ow = 0;
+  int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+};
+// col [images, cg * kh * kw, oh * ow] from x (pointing at image 0, all channels) for group g.
+void launch_im2col(const void* x, void* col, DType dtype, int64_t images, int64_t g,
+                   const ConvGeom& geom, cudaStream_t stream);
+// grad_x (pointing at image 0, all channels) for group g's channels = the sum of the columns
+// that read each element (overwrites).
+void launch_col2im(const void* col, void* grad_x, DType dtype, int64_t images, int64_t g,
+                   const ConvGeom& geom, cudaStream_t stream);
+
 // ---------------------------------------------------------------------------- index.cu
 // Row gather: out[i, :] = table[index[i], :] (rows of row_bytes bytes, all contiguous).
 void launch_index_select_rows(const void* table, const int64_t* index, void* out, int64_t n,

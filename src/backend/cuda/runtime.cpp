@@ -249,6 +249,7 @@ void* gemm_workspace(int device) {
   return s.gemm_workspace;
 }
 
+#if GRADUS_HAS_CUDNN
 cudnnHandle_t cudnn_handle(int device) {
   DeviceState& s = device_state(device);
   std::lock_guard<std::mutex> lock(s.handle_mu);
@@ -259,6 +260,7 @@ cudnnHandle_t cudnn_handle(int device) {
   GRADUS_CUDNN_CHECK("conv2d", cudnnSetStream(s.cudnn, s.current.load()));
   return s.cudnn;
 }
+#endif
 
 // ------------------------------------------------------------------------------- backend
 void CudaBackend::synchronize() {

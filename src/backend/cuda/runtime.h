@@ -5,7 +5,9 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#if GRADUS_HAS_CUDNN
 #include <cudnn.h>
+#endif
 
 #include <atomic>
 #include <cstddef>
@@ -25,6 +27,7 @@
     }                                                                                          \
   } while (0)
 
+#if GRADUS_HAS_CUDNN
 #define GRADUS_CUDNN_CHECK(op, call)                                                           \
   do {                                                                                         \
     const cudnnStatus_t gradus_status_ = (call);                                               \
@@ -34,6 +37,7 @@
                                                    __FILE__, __LINE__, (op));                  \
     }                                                                                          \
   } while (0)
+#endif
 
 namespace gradus::backend::cuda {
 
@@ -59,7 +63,9 @@ struct DeviceState {
   cublasLtHandle_t lt = nullptr;
   cublasHandle_t blas = nullptr;
   void* gemm_workspace = nullptr;  // kGemmWorkspaceBytes, from the pool
+#if GRADUS_HAS_CUDNN
   cudnnHandle_t cudnn = nullptr;
+#endif
 };
 
 // Number of visible devices; 0 (never an error) without a driver or GPU.
@@ -108,7 +114,9 @@ void pool_free(void* ptr, size_t nbytes, int device) noexcept;
 cublasLtHandle_t lt_handle(int device);
 cublasHandle_t blas_handle(int device);
 void* gemm_workspace(int device);
+#if GRADUS_HAS_CUDNN
 cudnnHandle_t cudnn_handle(int device);
+#endif
 
 bool tf32_allowed();
 void set_tf32_allowed(bool allow);

@@ -1,0 +1,127 @@
+#include "run_state.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "gradus/core/error.h"
+
+namespace gradus::cli {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Keys whose change makes a resumed run a different computation: refusing is the only safe
+// answer (a silently different batch size or optimizer would corrupt the run).
+constexpr const char* kStrictKeys[] = {
+    "model",      "data",        "limit_train",  "batch_size",    "optimizer",
+    "lr",         "momentum",    "weight_decay", "scheduler",     "warmup_steps",
+    "step_gamma", "step_epochs", "seed",         "format_version"};
+// Keys that may change on resume, with what the change means.
+struct SoftKey {
+  const char* key;
+  const char* note;
+};
+constexpr SoftKey kSoftKeys[] = {
+    {"epochs",
+     "the run continues to the new number of epochs; the cosine/step LR schedule is recomputed "
+     "for the new length, so the result differs from an uninterrupted run"},
+    {"threads",
+     "results on the CPU can differ in the last bits with the thread count (conv2d weight "
+     "gradients), so the run is no longer bitwise reproducible"},
+    {"device", "the run continues on another device; results differ in the last bits"},
+};
+
+std::string show(const json& v) {
+  return v.is_null() ? std::string("(absent)") : v.dump();
+}
+
+}  // namespace
+
+std::string run_config_json(const TrainOptions& o, int threads, const std::string& device) {
+  json j;
+  j["format_version"] = 1;
+  j["model"] = o.model;
+  j["data"] = o.data;
+  j["limit_train"] = o.limit_train;
+  j["batch_size"] = o.batch_size;
+  j["epochs"] = o.epochs;
+  j["optimizer"] = o.optimizer;
+  j["lr"] = o.lr;
+  j["momentum"] = o.momentum;
+  // The effective value, so that the default and the same value given explicitly compare equal.
+  j["weight_decay"] = o.weight_decay >= 0 ? o.weight_decay : (o.optimizer == "adamw" ? 1e-2 : 0.0);
+  j["scheduler"] = o.scheduler;
+  j["warmup_steps"] = o.warmup_steps;
+  j["step_gamma"] = o.step_gamma;
+  j["step_epochs"] = o.step_epochs;
+  j["seed"] = o.seed;
+  j["threads"] = threads;
+  j["device"] = device;
+  return j.dump();
+}
+
+std::vector<std::string> check_resume_config(const std::string& stored, const std::string& current,
+                                             const std::string& checkpoint_path) {
+  json old_cfg, new_cfg = json::parse(current);
+  try {
+    old_cfg = json::parse(stored);
+  } catch (const json::exception& e) {
+    throw IOError(detail::str_cat("train: cannot resume from ", checkpoint_path,
+                                  ": its stored run configuration is not valid JSON (", e.what(),
+                                  ")"));
+  }
+  GRADUS_CHECK(old_cfg.is_object(), IOError, "train: cannot resume from ", checkpoint_path,
+               ": its stored run configuration is not a JSON object");
+  auto value = [](const json& cfg, const char* key) {
+    return cfg.contains(key) ? cfg.at(key) : json();
+  };
+  std::string differences;
+  for (const char* key : kStrictKeys) {
+    const json a = value(old_cfg, key), b = value(new_cfg, key);
+    if (a != b) {
+      differences += detail::str_cat(differences.empty() ? "" : ", ", key, " (checkpoint ", show(a),
+                                     ", now ", show(b), ")");
+    }
+  }
+  GRADUS_CHECK(differences.empty(), ValueError, "train: refusing to resume from ", checkpoint_path,
+               ": the run configuration differs from the checkpoint's in: ", differences,
+               ". Resume with the checkpoint's settings, or start a new run in another "
+               "--checkpoint-dir");
+  std::vector<std::string> notes;
+  for (const SoftKey& k : kSoftKeys) {
+    const json a = value(old_cfg, k.key), b = value(new_cfg, k.key);
+    if (a != b) {
+      notes.push_back(detail::str_cat(k.key, " differs (checkpoint ", show(a), ", now ", show(b),
+                                      "): ", k.note));
+    }
+  }
+  return notes;
+}
+
+void store_epoch_progress(io::TrainingState& s, double loss_sum, int64_t samples) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%a", loss_sum);  // hex float: exact
+  s.extra["epoch_loss_sum"] = buf;
+  s.extra["epoch_samples"] = std::to_string(samples);
+}
+
+void load_epoch_progress(const io::TrainingState& s, double& loss_sum, int64_t& samples) {
+  loss_sum = 0;
+  samples = 0;
+  auto sum = s.extra.find("epoch_loss_sum");
+  auto count = s.extra.find("epoch_samples");
+  if (sum == s.extra.end() || count == s.extra.end()) return;  // e.g. written by another program
+  char* end = nullptr;
+  loss_sum = std::strtod(sum->second.c_str(), &end);
+  GRADUS_CHECK(end != nullptr && *end == '\0' && !sum->second.empty(), IOError,
+               "train: checkpoint metadata 'extra.epoch_loss_sum' is '", sum->second,
+               "', expected a number");
+  samples = std::strtoll(count->second.c_str(), &end, 10);
+  GRADUS_CHECK(*end == '\0' && !count->second.empty() && samples >= 0, IOError,
+               "train: checkpoint metadata 'extra.epoch_samples' is '", count->second,
+               "', expected a non-negative integer");
+}
+
+}  // namespace gradus::cli
