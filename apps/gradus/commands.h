@@ -32,6 +32,7 @@ struct TrainOptions {
   int64_t limit_train = -1;
   int64_t limit_test = -1;
   bool no_progress = false;
+  double dropout = 0.0;  // mlp only: dropout after each hidden activation
   // Reliability (docs/reliability.md).
   std::string checkpoint_dir;    // empty: no checkpoints
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end of each epoch)

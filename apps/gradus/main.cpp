@@ -32,6 +32,8 @@ using gradus::cli::TrainOptions;
 
 void add_train(CLI::App& app, TrainOptions& o) {
   CLI::App* c = app.add_subcommand("train", "Train a model and report test accuracy");
+  // A repeated option takes its last value, so scripts can append overrides to a base command.
+  c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   c->add_option("--model", o.model, "Model: mlp or cnn (also mlp-bench, mlp-large, cnn-bench)")
       ->check(CLI::IsMember(gradus::nn::model_names()))
       ->capture_default_str();
@@ -41,6 +43,9 @@ void add_train(CLI::App& app, TrainOptions& o) {
   c->add_option("--data-dir", o.data_dir,
                 "Directory with the four IDX files (default for fashion-mnist: "
                 "/usr/share/datasets/fashion-mnist)");
+  c->add_option("--dropout", o.dropout, "mlp: dropout probability after each hidden layer")
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
   c->add_option("--epochs", o.epochs, "Passes over the training set")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -15,9 +15,9 @@ using json = nlohmann::ordered_json;
 // Keys whose change makes a resumed run a different computation: refusing is the only safe
 // answer (a silently different batch size or optimizer would corrupt the run).
 constexpr const char* kStrictKeys[] = {
-    "model",      "data",        "limit_train",  "batch_size",    "optimizer",
-    "lr",         "momentum",    "weight_decay", "scheduler",     "warmup_steps",
-    "step_gamma", "step_epochs", "seed",         "format_version"};
+    "format_version", "model",        "dropout",    "data",        "limit_train",
+    "batch_size",     "optimizer",    "lr",         "momentum",    "weight_decay",
+    "scheduler",      "warmup_steps", "step_gamma", "step_epochs", "seed"};
 // Keys that may change on resume, with what the change means.
 struct SoftKey {
   const char* key;
@@ -43,6 +43,7 @@ std::string run_config_json(const TrainOptions& o, int threads, const std::strin
   json j;
   j["format_version"] = 1;
   j["model"] = o.model;
+  j["dropout"] = o.dropout;
   j["data"] = o.data;
   j["limit_train"] = o.limit_train;
   j["batch_size"] = o.batch_size;
@@ -100,28 +101,34 @@ std::vector<std::string> check_resume_config(const std::string& stored, const st
   return notes;
 }
 
-void store_epoch_progress(io::TrainingState& s, double loss_sum, int64_t samples) {
+void store_epoch_progress(io::TrainingState& s, const EpochProgress& p) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%a", loss_sum);  // hex float: exact
+  std::snprintf(buf, sizeof buf, "%a", p.loss_sum);  // hex float: exact
   s.extra["epoch_loss_sum"] = buf;
-  s.extra["epoch_samples"] = std::to_string(samples);
+  s.extra["epoch_samples"] = std::to_string(p.samples);
+  std::snprintf(buf, sizeof buf, "%a", p.last_lr);
+  s.extra["epoch_last_lr"] = buf;
 }
 
-void load_epoch_progress(const io::TrainingState& s, double& loss_sum, int64_t& samples) {
-  loss_sum = 0;
-  samples = 0;
-  auto sum = s.extra.find("epoch_loss_sum");
-  auto count = s.extra.find("epoch_samples");
-  if (sum == s.extra.end() || count == s.extra.end()) return;  // e.g. written by another program
-  char* end = nullptr;
-  loss_sum = std::strtod(sum->second.c_str(), &end);
-  GRADUS_CHECK(end != nullptr && *end == '\0' && !sum->second.empty(), IOError,
-               "train: checkpoint metadata 'extra.epoch_loss_sum' is '", sum->second,
-               "', expected a number");
-  samples = std::strtoll(count->second.c_str(), &end, 10);
-  GRADUS_CHECK(*end == '\0' && !count->second.empty() && samples >= 0, IOError,
-               "train: checkpoint metadata 'extra.epoch_samples' is '", count->second,
-               "', expected a non-negative integer");
+EpochProgress load_epoch_progress(const io::TrainingState& s) {
+  EpochProgress p;
+  auto number = [&](const char* key, double& out) {
+    auto it = s.extra.find(key);
+    if (it == s.extra.end()) return;
+    char* end = nullptr;
+    out = std::strtod(it->second.c_str(), &end);
+    GRADUS_CHECK(!it->second.empty() && *end == '\0', IOError, "train: checkpoint metadata 'extra.",
+                 key, "' is '", it->second, "', expected a number");
+  };
+  double samples = 0;
+  number("epoch_loss_sum", p.loss_sum);
+  number("epoch_samples", samples);
+  number("epoch_last_lr", p.last_lr);
+  GRADUS_CHECK(samples >= 0 && samples <= 9.0e15, IOError,
+               "train: checkpoint metadata 'extra.epoch_samples' is ", samples,
+               ", expected a non-negative count");
+  p.samples = static_cast<int64_t>(samples);
+  return p;
 }
 
 }  // namespace gradus::cli

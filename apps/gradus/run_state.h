@@ -24,9 +24,15 @@ std::string run_config_json(const TrainOptions& o, int threads, const std::strin
 std::vector<std::string> check_resume_config(const std::string& stored, const std::string& current,
                                              const std::string& checkpoint_path);
 
-// The running loss sum of the epoch in progress, stored exactly (hex float) in the checkpoint's
-// extra metadata.
-void store_epoch_progress(io::TrainingState& s, double loss_sum, int64_t samples);
-void load_epoch_progress(const io::TrainingState& s, double& loss_sum, int64_t& samples);
+// The epoch in progress: its running loss sum, examples seen and the lr of its last step (what
+// the epoch summary prints), stored exactly (hex floats) in the checkpoint's extra metadata.
+struct EpochProgress {
+  double loss_sum = 0;
+  int64_t samples = 0;
+  double last_lr = 0;
+};
+void store_epoch_progress(io::TrainingState& s, const EpochProgress& p);
+// All zero when the checkpoint has none (e.g. written by another program).
+EpochProgress load_epoch_progress(const io::TrainingState& s);
 
 }  // namespace gradus::cli

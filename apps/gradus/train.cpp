@@ -149,14 +149,14 @@ class Checkpointer {
 
   // The state after `step` optimizer steps, with the loader at `next` (the next batch to train
   // on) and the running loss of the epoch in progress.
-  std::string save(int64_t step, data::LoaderPosition next, double loss_sum, int64_t samples) {
+  std::string save(int64_t step, data::LoaderPosition next, const EpochProgress& progress) {
     if (!enabled()) return {};
     if (step == last_step_ && next == last_position_) return last_path_;
     io::TrainingState s = io::capture_training_state(model_, &optimizer_, step, scheduler_);
     s.epoch = next.epoch;
     s.batch_index = next.batch;
     s.config = config_;
-    store_epoch_progress(s, loss_sum, samples);
+    store_epoch_progress(s, progress);
     last_path_ = io::save_checkpoint(o_.checkpoint_dir, step, s, o_.keep_checkpoints);
     last_step_ = step;
     last_position_ = next;
@@ -185,8 +185,7 @@ class Checkpointer {
 struct StartPoint {
   int64_t step = 0;
   data::LoaderPosition position;
-  double epoch_loss_sum = 0;
-  int64_t epoch_samples = 0;
+  EpochProgress progress;
   std::string path;  // the checkpoint resumed from ("" = from scratch)
 };
 
@@ -233,7 +232,7 @@ StartPoint find_start(const TrainOptions& o, const std::string& config, nn::Modu
   io::restore_training_state(state, model, &optimizer, scheduler, /*restore_rng=*/true);
   start.step = state.step;
   start.position = {state.epoch, state.batch_index};
-  load_epoch_progress(state, start.epoch_loss_sum, start.epoch_samples);
+  start.progress = load_epoch_progress(state);
   start.path = *latest;
   std::fprintf(stderr, "gradus train: resuming from %s (step %lld, epoch %lld, batch %lld)\n",
                latest->c_str(), static_cast<long long>(start.step),
@@ -285,7 +284,12 @@ int run_train(const TrainOptions& o) {
   std::shared_ptr<data::TensorDataset> train_set = load(true, o.limit_train);
   std::shared_ptr<data::TensorDataset> test_set = load(false, o.limit_test);
 
-  std::shared_ptr<nn::Module> model = nn::make_model(o.model);
+  GRADUS_CHECK(o.dropout == 0 || o.model == "mlp", ValueError,
+               "train: --dropout is only supported for --model mlp (got --model ", o.model, ")");
+  std::shared_ptr<nn::Module> model =
+      o.dropout > 0 ? std::make_shared<nn::MLP>(std::vector<int64_t>{28 * 28, 256, 128, 10}, "relu",
+                                                o.dropout)
+                    : nn::make_model(o.model);
   model->to(device);
   model->train();
   std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, *model);
@@ -321,8 +325,8 @@ int run_train(const TrainOptions& o) {
 
   int64_t step = start.step;
   // A clean stop (--stop-after-steps or SIGINT/SIGTERM) after `step`: checkpoint, report, exit.
-  auto stop = [&](data::LoaderPosition next, double loss_sum, int64_t samples, const char* why) {
-    const std::string path = checkpoints.save(step, next, loss_sum, samples);
+  auto stop = [&](data::LoaderPosition next, const EpochProgress& progress, const char* why) {
+    const std::string path = checkpoints.save(step, next, progress);
     std::fprintf(stderr, "gradus train: stopped after step %lld (%s)%s%s\n",
                  static_cast<long long>(step), why, path.empty() ? "" : "; checkpoint ",
                  path.c_str());
@@ -330,7 +334,7 @@ int run_train(const TrainOptions& o) {
     std::fflush(stdout);
   };
   if (o.stop_after_steps > 0 && step >= o.stop_after_steps) {
-    stop(start.position, start.epoch_loss_sum, start.epoch_samples, "--stop-after-steps");
+    stop(start.position, start.progress, "--stop-after-steps");
     return 0;
   }
 
@@ -342,12 +346,10 @@ int run_train(const TrainOptions& o) {
     Progress bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs),
                  steps_per_epoch, !o.no_progress);
     // Sums over the examples of this epoch (restored mid-epoch so the summary matches).
-    double loss_sum = resumed_epoch ? start.epoch_loss_sum : 0.0;
-    int64_t samples = resumed_epoch ? start.epoch_samples : 0;
+    EpochProgress progress = resumed_epoch ? start.progress : EpochProgress{};
     int64_t samples_here = 0;  // trained by this process (for samples/s)
-    double lr = optimizer->lr();
     for (data::Example& batch : train_loader) {
-      lr = optimizer->lr();
+      const double lr = optimizer->lr();
       optimizer->zero_grad();
       const Tensor loss = cross_entropy((*model)(batch.input), batch.target);
       loss.backward();
@@ -360,25 +362,27 @@ int run_train(const TrainOptions& o) {
                    epoch + 1, ", step ", step, ": training diverged; lower --lr (now ", lr,
                    ") or add --warmup-steps; --detect-anomaly names the op that produced it");
       const int64_t n = batch.target.size(0);
-      loss_sum += value * static_cast<double>(n);
-      samples += n;
+      progress.loss_sum += value * static_cast<double>(n);
+      progress.samples += n;
+      progress.last_lr = lr;
       samples_here += n;
       if (o.log_every > 0 && step % o.log_every == 0) {
         write_metrics({{"step", step}, {"epoch", epoch + 1}, {"loss", value}, {"lr", lr}});
       }
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) {
-        checkpoints.save(step, next, loss_sum, samples);
+        checkpoints.save(step, next, progress);
       }
       if (o.stop_after_steps > 0 && step >= o.stop_after_steps) {
-        stop(next, loss_sum, samples, "--stop-after-steps");
+        stop(next, progress, "--stop-after-steps");
         return 0;
       }
       if (g_stop_signal != 0) {
         const int sig = g_stop_signal;
-        stop(next, loss_sum, samples, sig == SIGINT ? "SIGINT" : "SIGTERM");
+        stop(next, progress, sig == SIGINT ? "SIGINT" : "SIGTERM");
         return 128 + sig;
       }
-      bar.update(next.batch, loss_sum / static_cast<double>(std::max<int64_t>(samples, 1)),
+      bar.update(next.batch,
+                 progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.samples, 1)),
                  samples_here);
     }
     bar.finish();
@@ -387,7 +391,10 @@ int run_train(const TrainOptions& o) {
     evaluated = true;
     const double epoch_seconds = bar.elapsed_seconds();
     const double samples_per_s = static_cast<double>(samples_here) / std::max(train_seconds, 1e-9);
-    const double train_loss = loss_sum / static_cast<double>(std::max<int64_t>(samples, 1));
+    const double train_loss =
+        progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.samples, 1));
+    // The lr of the epoch's last step (restored when the epoch ended just before a resume).
+    const double lr = progress.samples > 0 ? progress.last_lr : optimizer->lr();
     std::printf(
         "epoch %lld/%d train_loss %.4f test_loss %.4f test_accuracy %.4f (%.1f s, %.0f "
         "samples/s, lr %.3g)\n",
@@ -404,10 +411,10 @@ int run_train(const TrainOptions& o) {
                    {"step", step},
                    {"model", o.model},
                    {"device", device.str()}});
-    if (o.checkpoint_every == 0) checkpoints.save(step, {epoch + 1, 0}, 0.0, 0);
+    if (o.checkpoint_every == 0) checkpoints.save(step, {epoch + 1, 0}, {});
   }
   // The final state (a --resume of a finished run finds nothing left to do).
-  checkpoints.save(step, {std::max<int64_t>(o.epochs, start.position.epoch), 0}, 0.0, 0);
+  checkpoints.save(step, {std::max<int64_t>(o.epochs, start.position.epoch), 0}, {});
   if (!evaluated) result = evaluate(*model, test_loader);  // resumed after the last epoch
   if (!o.save.empty()) {
     io::save_module(*model, o.save, {{"format", "pt"}, {"gradus.model", o.model}});

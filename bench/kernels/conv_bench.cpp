@@ -47,13 +47,14 @@ struct Setup {
   }
 };
 
-gradus::backend::Backend& cpu() { return gradus::backend::backend_for(gradus::DeviceType::CPU); }
+gradus::backend::Backend& cpu() {
+  return gradus::backend::backend_for(gradus::DeviceType::CPU);
+}
 
 void set_flops(benchmark::State& state, const Layer& l) {
   const double flops = 2.0 * kBatch * l.o * l.hw * l.hw * l.c * 9;
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate,
-                         benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 void BM_conv_forward(benchmark::State& state) {

@@ -138,6 +138,15 @@ TEST(BackendCopy, StridedBroadcastAndTransposedLayouts) {
     cpu().copy(row.as_strided_raw({3, 3}, {0, 0}, 2), sdst);
     EXPECT_TRUE(close(read(sdst), std::vector<double>(9, read(row)[2]), 0, 0, "scalar"));
   }
+  // A batched transpose (permute of the last two axes) takes the tiled path per batch.
+  {
+    const std::vector<double> v = uniform_values(3 * 40 * 70, seed + 3, -1, 1);
+    Tensor base3 = make({3, 40, 70}, v, DType::f32);
+    Tensor t3 = base3.as_strided_raw({3, 70, 40}, {2800, 1, 70}, 0);
+    Tensor d3 = poisoned({3, 70, 40}, DType::f32);
+    cpu().copy(t3, d3);
+    EXPECT_TRUE(close(read(d3), read(t3), 0, 0, "batched transpose"));
+  }
   // Offset views (a slice starting mid-storage).
   Tensor base = make({10}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, DType::i64);
   Tensor dst = poisoned({3}, DType::f32);

@@ -124,7 +124,8 @@ template <typename T>
 void multi_tensor_case(DType dt, uint64_t seed) {
   // One tensor spanning several chunks (parallel) plus small ones.
   const std::vector<int64_t> sizes = {70001, 3, 1, 1000};
-  const double rtol = dt == DType::f64 ? 1e-13 : 1e-6, atol = dt == DType::f64 ? 1e-15 : 1e-7;
+  // FMA contraction may differ between the kernel and this loop; momentum sums can cancel.
+  const double rtol = dt == DType::f64 ? 1e-12 : 1e-5, atol = dt == DType::f64 ? 1e-14 : 1e-6;
   for (bool adam : {false, true}) {
     std::vector<Tensor> ps, gs, ms, vs, vms;
     std::vector<std::vector<T>> rp, rm, rv, rvm;

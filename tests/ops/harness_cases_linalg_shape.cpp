@@ -170,6 +170,51 @@ std::vector<OpCase> linalg_shape_cases() {
                   .any_dtype()
                   .no_gradcheck());
 
+  // In-place writes (no autograd by design: gradus allows them only on tensors without history)
+  // through non-contiguous destinations, with broadcasting and casting.
+  c.push_back(op(
+                  "copy_into_transposed", {f({4, 5})},
+                  [](const Inputs& x) {
+                    Tensor out = zeros({5, 4}, x[0].options()).t();
+                    out.copy_(x[0]);
+                    return out;
+                  },
+                  fi)
+                  .nondiff());
+  c.push_back(op(
+                  "copy_broadcast_cast", {f({4}, L::strided)},
+                  [](const Inputs& x) {
+                    Tensor out = zeros({3, 4}, {DType::f64, x[0].device()});
+                    out.copy_(x[0]);
+                    return out;
+                  },
+                  fi)
+                  .nondiff()
+                  .any_dtype());
+  c.push_back(op("add_inplace_strided", {f({3, 5}), f({3})}, [](const Inputs& x) {
+                Tensor y = x[0].clone();
+                y.slice(1, 0, 5, 2).add_(x[1], 0.5);
+                return y;
+              }).nondiff());
+  c.push_back(op(
+                  "mul_inplace_transposed", {f({3, 4})},
+                  [](const Inputs& x) {
+                    Tensor y = x[0].clone().t();
+                    y.mul_(3.0);
+                    return y;
+                  },
+                  fi)
+                  .nondiff());
+  c.push_back(op(
+                  "fill_slice", {f({4, 3}, L::transposed)},
+                  [](const Inputs& x) {
+                    Tensor y = x[0].clone();
+                    y.slice(0, 1, 3).fill_(3.0);  // exact in every dtype
+                    return y;
+                  },
+                  fi)
+                  .nondiff());
+
   // -------------------------------------------------------------------- cat / stack / split
   c.push_back(op(
       "cat_dim0", {f({2, 3}), f({4, 3})},

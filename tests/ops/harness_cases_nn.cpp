@@ -260,6 +260,18 @@ std::vector<OpCase> nn_cases() {
   c.push_back(op("layer_norm_wide", {f({2, 200}), range({200}, 0.5, 1.5), f({200})},
                  [](const Inputs& x) { return layer_norm(x[0], {200}, x[1], x[2]); }));
 
+  // ----------------------------------------------------------------------- empty batches
+  // PyTorch accepts a batch of 0 for these and returns an empty result (gradients: empty too).
+  c.push_back(op("conv2d_empty_batch", {f({0, 3, 5, 5}), f({4, 3, 3, 3}), f({4})}, conv({})));
+  c.push_back(op("max_pool2d_empty_batch", {f({0, 2, 4, 4})}, maxp(pool_opts({2, 2}))));
+  c.push_back(op("avg_pool2d_empty_batch", {f({0, 2, 4, 4})}, avgp(pool_opts({2, 2}))));
+  c.push_back(op("layer_norm_empty_batch", {f({0, 6}), range({6}, 0.5, 1.5), f({6})},
+                 [](const Inputs& x) { return layer_norm(x[0], {6}, x[1], x[2]); }));
+  c.push_back(
+      op("softmax_loss_empty_batch", {f({0, 5}), idx({0}, 0, 5)}, ce(ce_opts(Reduction::none))));
+  c.push_back(op("linear_empty_batch", {f({0, 7}), f({4, 7}), f({4})},
+                 [](const Inputs& x) { return linear(x[0], x[1], x[2]); }));
+
   // ---------------------------------------------------------------------------------- dropout
   c.push_back(op("dropout_p0_training", {f({4, 5})},
                  [](const Inputs& x) { return dropout(x[0], 0.0, true); }));
