@@ -144,11 +144,14 @@ def find_gradus(explicit):
              "(cmake --build build --target gradus) or pass --gradus PATH")
 
 
+GRADUS_ENV = dict(os.environ)
+
+
 def run_gradus(binary, args):
     """Runs `gradus bench ...` and returns its JSON line (or {"error": ...})."""
     cmd = [binary, "bench"] + [str(a) for a in args]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=GRADUS_ENV)
     except subprocess.TimeoutExpired:
         return {"error": "timed out: " + " ".join(cmd)}
     if out.returncode != 0:
@@ -159,6 +162,51 @@ def run_gradus(binary, args):
         except json.JSONDecodeError:
             continue
     return {"error": "no JSON line in output: " + out.stdout[-300:]}
+
+
+def openblas_core(binary):
+    """The kernel set OpenBLAS (a DYNAMIC_ARCH build) picked for this CPU, or None."""
+    env = dict(GRADUS_ENV, OPENBLAS_VERBOSE="2")
+    try:
+        out = subprocess.run([binary, "bench", "--gemm", "64", "--steps", "1", "--threads", "1"],
+                             capture_output=True, text=True, timeout=120, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in (out.stdout + out.stderr).splitlines():
+        if line.startswith("Core:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def openblas_warning(core):
+    """OpenBLAS 0.3.21 does not recognise some recent or virtualised Xeons and falls back to its
+    SSE3 "Prescott" kernels, a third of the AVX-512 speed; say so, with the fix."""
+    if core is None:
+        return None
+    flags = cpu_flags()
+    old = core.lower() in ("prescott", "katmai", "coppermine", "northwood", "banias", "core2",
+                           "penryn", "dunnington", "nehalem", "atom", "sandybridge")
+    if old and "avx512f" in flags:
+        better = "SkylakeX"
+    elif old and "avx2" in flags:
+        better = "Haswell"
+    else:
+        return None
+    return (f"OpenBLAS uses its {core} kernels although this CPU has "
+            f"{'AVX-512' if better == 'SkylakeX' else 'AVX2'}: gradus's GEMMs run far below the "
+            f"CPU's speed. Rerun with --openblas-coretype {better} (sets OPENBLAS_CORETYPE) "
+            f"to measure gradus with the right kernels.")
 
 
 # --------------------------------------------------------------------------------------- main
@@ -212,6 +260,9 @@ def main():
     p.add_argument("--gemm", type=int, default=1024, help="SGEMM size N (0: skip)")
     p.add_argument("--adam", choices=["default", "foreach", "fused"], default="default",
                    help="PyTorch Adam implementation (default: what PyTorch picks)")
+    p.add_argument("--openblas-coretype", metavar="NAME",
+                   help="set OPENBLAS_CORETYPE for gradus (e.g. SkylakeX, Haswell) when "
+                        "OpenBLAS mis-detects the CPU")
     p.add_argument("--json", action="store_true", help="print one JSON document instead")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -227,10 +278,16 @@ def main():
         runs.append((model, int(batch)))
 
     binary = find_gradus(args.gradus)
+    if args.openblas_coretype:
+        GRADUS_ENV["OPENBLAS_CORETYPE"] = args.openblas_coretype
+    core = openblas_core(binary) if args.device == "cpu" else None
+    warning = openblas_warning(core)
     worker = TorchWorker(args.threads, args.device)
     log = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
-    log(f"gradus: {binary}; PyTorch {worker.hello['torch']} with "
+    log(f"gradus: {binary} (OpenBLAS core: {core}); PyTorch {worker.hello['torch']} with "
         f"{worker.hello['threads']} threads; device {args.device}")
+    if warning:
+        log("warning: " + warning)
 
     samples = {run: {"gradus": [], "pytorch": [], "errors": []} for run in runs}
     extra = {}
@@ -267,6 +324,8 @@ def main():
         gemm = {"n": args.gemm, "gradus_gflops": res.get("gflops"),
                 "gradus_error": res.get("error"), "pytorch_gflops": torch_gemm["gflops"]}
     info = machine_info(args, binary, worker.hello)
+    info["openblas_core"] = core
+    info["warning"] = warning
     worker.close()
 
     results = []
@@ -298,6 +357,8 @@ def main():
         return 0
 
     print(f"\n{info['date']}  {info['cpu']}  ({info['cores']} cores)  commit {info['commit']}")
+    if core:
+        print(f"OpenBLAS kernels: {core}")
     print(f"{info['gradus']} vs PyTorch {info['torch']}; {args.threads} threads, device "
           f"{args.device}, float32, Adam(lr=1e-3), cross-entropy; medians of {args.repeats} "
           f"alternating runs x {args.steps} steps\n")
@@ -327,6 +388,8 @@ def main():
                 line += (f"; PyTorch {row['pytorch_linear_gflops']:.1f} GFLOP/s = "
                          f"{100 * row['pytorch_fraction_of_sgemm']:.0f}%")
             print(line)
+    if warning:
+        print("\nwarning: " + warning)
     return 0
 
 

@@ -6,9 +6,20 @@ function(gradus_set_warnings target)
     $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${GRADUS_WERROR}>>:-Werror>)
   if(GRADUS_NATIVE)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+    # GCC 12.2 (Debian 12) miscompiles some AVX-512 vector constants: a std::vector<double>
+    # {1, 1, 1, 0} is stored as four 1.0s (reproduced on this project's test machines; cf. GCC
+    # PR 108599). Stay on AVX2 with GCC < 13.
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+      target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-mno-avx512f>)
+    endif()
   endif()
   if(GRADUS_SANITIZE)
     target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+  if(GRADUS_FUZZ)  # coverage for libFuzzer + the sanitizers (fuzz/CMakeLists.txt)
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link,address,undefined
+      -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   endif()
 endfunction()

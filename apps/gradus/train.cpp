@@ -134,6 +134,33 @@ int remove_stale_temp_files(const std::string& dir) {
   return removed;
 }
 
+// Whether `path` is a complete gradus checkpoint (its header validates against the file size).
+bool is_complete_checkpoint(const std::string& path) {
+  try {
+    const io::SafetensorsHeader h = io::read_safetensors_header(path);
+    auto it = h.metadata.find("format");
+    return it != h.metadata.end() && it->second == "gradus.checkpoint";
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Applies --keep-checkpoints on resume: a process killed between writing a checkpoint and
+// deleting the oldest one leaves one extra; without this, repeated kills would accumulate them.
+// Like save_checkpoint, files that fail validation are left alone for inspection.
+void prune_checkpoints(const std::string& dir, int keep) {
+  if (keep <= 0) return;
+  const auto all = io::list_checkpoints(dir);
+  int kept = 0;
+  bool removed = false;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (!is_complete_checkpoint(it->second)) continue;
+    if (++kept <= keep) continue;
+    if (::unlink(it->second.c_str()) == 0) removed = true;
+  }
+  if (removed) io::fsync_directory(dir);
+}
+
 // Writes checkpoints of one run; skips a save that would repeat the last one exactly.
 class Checkpointer {
  public:
@@ -230,6 +257,7 @@ StartPoint find_start(const TrainOptions& o, const std::string& config, nn::Modu
     std::fprintf(stderr, "gradus train: warning: %s\n", note.c_str());
   }
   io::restore_training_state(state, model, &optimizer, scheduler, /*restore_rng=*/true);
+  prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints);
   start.step = state.step;
   start.position = {state.epoch, state.batch_index};
   start.progress = load_epoch_progress(state);

@@ -31,7 +31,8 @@ enum class Layout : uint8_t {
 
 // What an input holds.
 enum class Kind : uint8_t {
-  floating,  // uniform in [lo, hi), in the test dtype (integers in [5 lo, 5 hi) for int dtypes)
+  floating,  // uniform in [lo, hi), pairwise distinct, in the test dtype (integers in
+             // [5 lo, 5 hi) for int dtypes)
   ties,      // floating, but multiples of 0.5 in [lo, hi] so comparisons see equal values
   special,   // floating with NaN, +inf and -inf mixed in (isnan, isinf, isfinite)
   index,     // i64 integers in [lo, hi)
@@ -195,6 +196,9 @@ class PoisonGuard {
  private:
   Allocator* previous_;
 };
+
+// testing::fresh_seed(), or GRADUS_HARNESS_SEED from the environment to replay a failure.
+uint64_t case_seed();
 
 std::string device_tag(Device d);  // cpu / cuda0
 std::string dtype_tag(DType t);    // f32 / f64 / f16 / bf16 / i32 / i64

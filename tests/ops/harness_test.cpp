@@ -229,9 +229,9 @@ TEST_P(Forward, MatchesFloat64Reference) {
   const Device device = GetParam().device;
   if (skip_device(device)) GTEST_SKIP() << "no CUDA device";
   for (DType dtype : c.dtypes) {
-    const uint64_t seed = testing::fresh_seed();
+    const uint64_t seed = case_seed();
     const std::string label = c.name + " " + device_tag(device) + " " + dtype_tag(dtype) +
-                              " seed " + std::to_string(seed);
+                              " (replay: GRADUS_HARNESS_SEED=" + std::to_string(seed) + ")";
     SCOPED_TRACE(label);
     guarded(label, [&] { run_forward(c, device, dtype, seed); });
   }
@@ -241,8 +241,9 @@ TEST_P(Gradcheck, MatchesFiniteDifferences) {
   const OpCase& c = all_cases()[GetParam().index];
   const Device device = GetParam().device;
   if (skip_device(device)) GTEST_SKIP() << "no CUDA device";
-  const uint64_t seed = testing::fresh_seed();
-  const std::string label = c.name + " " + device_tag(device) + " seed " + std::to_string(seed);
+  const uint64_t seed = case_seed();
+  const std::string label = c.name + " " + device_tag(device) +
+                            " (replay: GRADUS_HARNESS_SEED=" + std::to_string(seed) + ")";
   SCOPED_TRACE(label);
   guarded(label, [&] { run_gradcheck(c, device, seed); });
 }

@@ -34,8 +34,8 @@ check_dir() {
     inspected=$((inspected + 1))
     newest="$f"
   done
-  # keep 3, plus at most one written but whose older files were not deleted yet
-  [ "$n" -le 4 ] || fail "after kill $kills: $n checkpoints in ck/ (keep is 3)"
+  # Keep 3, plus at most one written whose oldest was not deleted yet (a resume prunes again).
+  [ "$n" -le 4 ] || fail "after kill $kills: $n checkpoints in ck/ (--keep-checkpoints 3)"
   if ls ck/*.tmp.* >/dev/null 2>&1; then midwrite=$((midwrite + 1)); fi
 }
 
@@ -45,6 +45,8 @@ while [ "$kills" -lt "$KILLS" ]; do
   rm -rf ck run.jsonl final.safetensors
   expected_resume=""
   while [ "$kills" -lt "$KILLS" ]; do
+    # (A kill within a few microseconds can come before the redirection truncates run.out.)
+    rm -f run.out
     "${RUN[@]}" >run.out 2>&1 &
     pid=$!
     # A random moment 0..149 ms after the start (startup and data loading take a few ms).
@@ -54,7 +56,7 @@ while [ "$kills" -lt "$KILLS" ]; do
     kill -s "$sig" "$pid" 2>/dev/null || true
     rc=0
     wait "$pid" || rc=$?
-    if [ -n "$expected_resume" ] && grep -q "resuming from" run.out; then
+    if [ -n "$expected_resume" ] && grep -qs "resuming from" run.out; then
       grep -q "resuming from $expected_resume " run.out ||
         fail "expected a resume from $expected_resume: $(grep 'resuming from' run.out)"
       resumed=$((resumed + 1))
@@ -64,8 +66,8 @@ while [ "$kills" -lt "$KILLS" ]; do
     fi
     if [ "$sig" = TERM ]; then
       terms=$((terms + 1))
-      [ "$rc" -eq 143 ] || fail "SIGTERM: expected exit code 143, got $rc: $(cat run.out)"
-      if grep -q "stopped after step" run.out; then
+      [ "$rc" -eq 143 ] || fail "SIGTERM: expected exit code 143, got $rc: $(cat run.out 2>/dev/null)"
+      if grep -qs "stopped after step" run.out; then
         graceful=$((graceful + 1))
         step=$(sed -nE 's/.*stopped after step ([0-9]+).*/\1/p' run.out)
         check_dir
@@ -74,14 +76,14 @@ while [ "$kills" -lt "$KILLS" ]; do
       fi
     else
       kills=$((kills + 1))
-      [ "$rc" -eq 137 ] || fail "kill $kills: expected exit code 137 (SIGKILL), got $rc: $(cat run.out)"
+      [ "$rc" -eq 137 ] || fail "kill $kills: expected exit code 137 (SIGKILL), got $rc: $(cat run.out 2>/dev/null)"
     fi
     check_dir
-    echo "cycle: pid $pid sig $sig rc $rc newest $newest $(grep -o 'resuming from [^ ]*' run.out)" >>cycles.log
+    echo "pid $pid: SIG$sig, exit $rc, $(grep -so 'resuming from [^ ]*' run.out), newest now $newest" >>cycles.log
     expected_resume="$newest"
   done
   # Let the round finish undisturbed and compare with the uninterrupted run.
-  "${RUN[@]}" >run.out 2>&1 || fail "the final resume failed: $(cat run.out)"
+  "${RUN[@]}" >run.out 2>&1 || fail "the final resume failed: $(cat run.out 2>/dev/null)"
   [ "$(sha final.safetensors)" = "$(sha ref.safetensors)" ] ||
     fail "round $rounds: the final weights differ from the uninterrupted run's"
   diff <(step_losses ref.jsonl) <(step_losses run.jsonl) >/dev/null ||
