@@ -40,6 +40,19 @@ int run_info() {
   const char* core = openblas_get_corename();  // the kernel set chosen at run time
   std::printf("BLAS: %s, core %s, %d threads\n", config ? config : "OpenBLAS (unknown)",
               core ? core : "unknown", openblas_get_num_threads());
+  // OpenBLAS's DYNAMIC_ARCH picks kernels from the CPUID model; a CPU model it does not know (a
+  // VM reporting a generic "Intel Xeon Processor") falls back to the SSE3 'Prescott' kernels,
+  // about 4x slower for SGEMM on an AVX-512 machine. Say so, with the fix.
+  const std::string core_name = core ? core : "";
+  const bool old_core = core_name == "Prescott" || core_name == "Core2" || core_name == "Penryn" ||
+                        core_name == "Nehalem" || core_name == "Dunnington";
+  if (old_core && (__builtin_cpu_supports("avx2") || __builtin_cpu_supports("avx512f"))) {
+    std::printf(
+        "note: OpenBLAS chose its %s (SSE) kernels although this CPU has %s; set "
+        "OPENBLAS_CORETYPE=%s before starting gradus for much faster matrix products\n",
+        core_name.c_str(), __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2",
+        __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell");
+  }
   const int cuda = cuda_device_count();
   std::printf("devices: cpu");
   for (int i = 0; i < cuda; ++i) std::printf(", cuda:%d", i);

@@ -4,6 +4,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -48,10 +49,12 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& in, const std::string& p
                "read_idx: cannot initialise zlib to read '", path, "'");
   std::vector<uint8_t> out;
   // The gzip trailer holds the uncompressed size mod 2^32: a good first guess for the buffer.
+  // It is unchecked input, so it is capped by what deflate can produce from this many bytes
+  // (at most 1032:1): a 40-byte file claiming 4 GB must not reserve gigabytes.
   if (in.size() >= 18) {
     uint32_t isize;
     std::memcpy(&isize, in.data() + in.size() - 4, 4);  // little-endian in the file
-    out.reserve(std::min<size_t>(isize, size_t{1} << 31));
+    out.reserve(std::min<size_t>({isize, in.size() * 1032, size_t{1} << 31}));
   }
   zs.next_in = const_cast<Bytef*>(in.data());
   zs.avail_in = static_cast<uInt>(in.size());

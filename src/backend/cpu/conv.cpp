@@ -17,17 +17,74 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "backend/cpu/conv_kernels.h"
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 #include "backend/cpu/cpu_backend.h"
+
+// The kernels twice (see conv_kernels.h): with AVX-512 for CPUs that have it, whatever the build
+// flags (GCC only: the pragma), and with the build's own flags.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__AVX512F__)
+#define GRADUS_CONV_DISPATCH_AVX512 1
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
+// (Everything here is internal to this file, so the ABI note about passing __m512 is moot.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+namespace gradus::backend::cpu::convk512 {
+namespace {
+#define GRADUS_CONVK_AVX512 1
+#include "backend/cpu/conv_kernels.h"  // NOLINT(build/include): included twice by design
+#undef GRADUS_CONVK_AVX512
+}  // namespace
+}  // namespace gradus::backend::cpu::convk512
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#else
+#define GRADUS_CONV_DISPATCH_AVX512 0
+#endif
+
+namespace gradus::backend::cpu::convk_base {
+namespace {
+#if defined(__AVX512F__)
+#define GRADUS_CONVK_AVX512 1
+#else
+#define GRADUS_CONVK_AVX512 0
+#endif
+#include "backend/cpu/conv_kernels.h"  // NOLINT(build/include): included twice by design
+#undef GRADUS_CONVK_AVX512
+}  // namespace
+}  // namespace gradus::backend::cpu::convk_base
 
 namespace gradus::backend::cpu {
 namespace {
 
-using namespace convk;  // NOLINT: the kernels are this file's own building blocks
+template <typename T>
+T* scratch(std::vector<T>& buf, size_t n) {
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+// Scratch that persists between calls (no page faults from fresh allocations), zero filled.
+template <typename T>
+T* zeroed_scratch(std::vector<T>& buf, size_t n) {
+  T* p = scratch(buf, n);
+  std::fill(p, p + n, T(0));
+  return p;
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // Bytes of packed weights per reduction chunk (see kchunk_for); 16-40 KB measured within noise.
 constexpr int64_t kChunkBytes = 28 * 1024;
@@ -151,9 +208,9 @@ int64_t kchunk_for(int64_t K, int64_t taps, int64_t row_bytes) {
 }
 
 // ------------------------------------------------------------------------------------ forward
-template <typename T>
+template <typename KS, typename T>
 void conv_forward(const T* x, const T* w, const T* bias, T* out, const Geom& g) {
-  constexpr int64_t W = Vec<T>::W;
+  constexpr int64_t W = KS::template width<T>;
   const int64_t Cg = g.Cg(), Og = g.Og(), K = g.K(), P = g.P();
   const int64_t nvec = ceil_div(Og, W), Opad = nvec * W;
   // Packed weights per group: [K][Opad] (output channels contiguous, zero padded); bias [Opad].
@@ -194,7 +251,7 @@ void conv_forward(const T* x, const T* w, const T* bias, T* out, const Geom& g) 
         // results straight into NCHW. Otherwise, tiles of any positions go through tmp
         // ([P][Opad]) and are transposed into NCHW per position chunk.
         const bool unit =
-            kUnitTiles && g.sw == 1 && g.OW % 7 == 0 && q0 % g.OW == 0 && q1 % g.OW == 0;
+            KS::unit_tiles && g.sw == 1 && g.OW % 7 == 0 && q0 % g.OW == 0 && q1 % g.OW == 0;
         const int64_t pchunk =
             unit ? std::max<int64_t>(1, kPositionChunk / g.OW) * g.OW : kPositionChunk;
         for (int64_t qa = q0; qa < q1; qa += pchunk) {
@@ -207,14 +264,15 @@ void conv_forward(const T* x, const T* w, const T* bias, T* out, const Geom& g) 
             T* C = tmp + (qa - q0) * Opad;
             if (unit) {
               T* direct = k0 + len == K ? og : nullptr;
-              run_tiles_unit<T>(ig, qoff.data(), qa, qb, koff.data() + k0, len, bk, Opad, nvec, C,
-                                Opad, init, k0 > 0, g.OW, direct, P, Og);
+              KS::template tiles_unit<T>(ig, qoff.data(), qa, qb, koff.data() + k0, len, bk, Opad,
+                                         nvec, C, Opad, init, k0 > 0, g.OW, direct, P, Og);
             } else {
-              run_tiles<T>(ig, qoff.data(), qa, qb, koff.data() + k0, len, bk, Opad, nvec, C, Opad,
-                           init, k0 > 0);
+              KS::template tiles<T>(ig, qoff.data(), qa, qb, koff.data() + k0, len, bk, Opad, nvec,
+                                    C, Opad, init, k0 > 0);
             }
           }
-          if (!unit) transpose(tmp + (qa - q0) * Opad, qb - qa, Og, Opad, og + qa, P);
+          if (!unit)
+            KS::template transpose_block<T>(tmp + (qa - q0) * Opad, qb - qa, Og, Opad, og + qa, P);
         }
       }
     }
@@ -225,9 +283,9 @@ void conv_forward(const T* x, const T* w, const T* bias, T* out, const Geom& g) 
 // grad_w^T[k][o] = sum_n sum_q x_pad[koff[k] + qoff[q]] * grad_out^T[q][o]; grad_out is transposed
 // per image ([O][P] -> [P][Opad]), and the bias gradient is summed from that transposed copy
 // while it is hot (no second pass over grad_out).
-template <typename T>
+template <typename KS, typename T>
 void conv_backward_weight(const T* gy, const T* x, T* gw, T* gb, const Geom& g) {
-  constexpr int64_t W = Vec<T>::W;
+  constexpr int64_t W = KS::template width<T>;
   const int64_t Cg = g.Cg(), Og = g.Og(), K = g.K(), P = g.P();
   const int64_t nvec = ceil_div(Og, W), Opad = nvec * W;
   const std::vector<int64_t> koff = kernel_offsets(g), qoff = position_offsets(g);
@@ -261,8 +319,9 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, T* gb, const Geom& g) 
       if (k0 >= k1) continue;
       const T* img = padder.load(x + n * g.C * g.H * g.W);
       for (int64_t gi = 0; gi < g.G; ++gi) {
-        transpose(gy + (n * g.O + gi * Og) * P, Og, P, P, gyt, Opad);  // [Og][P] -> [P][Opad]
-        if (gb && k0 == 0) {  // one chunk per image adds its bias gradient
+        KS::template transpose_block<T>(gy + (n * g.O + gi * Og) * P, Og, P, P, gyt,
+                                        Opad);  // [Og][P] -> [P][Opad]
+        if (gb && k0 == 0) {                    // one chunk per image adds its bias gradient
           std::fill(bsum, bsum + Opad, T(0));
           for (int64_t q = 0; q < P; ++q) {
             const T* row = gyt + q * Opad;
@@ -274,7 +333,7 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, T* gb, const Geom& g) 
         // In pieces, prefetching the next image's grad_out and x in between.
         // (Pieces are whole tiles: a split tile would run the loop over positions twice.)
         const int64_t pieces = split.parts == 1 && n + 1 < g.N ? 8 : 1;
-        const int64_t rows = rows_for(static_cast<int>(std::min<int64_t>(kMaxVecs, nvec)));
+        const int64_t rows = KS::rows(std::min<int64_t>(KS::max_vecs, nvec));
         const int64_t step = ceil_div(ceil_div(k1 - k0, pieces), rows) * rows;
         for (int64_t i = 0; i < pieces; ++i) {
           const int64_t ka = k0 + i * step, kb = std::min(k1, ka + step);
@@ -283,8 +342,9 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, T* gb, const Geom& g) 
             prefetch_slice(x + (n + 1) * g.C * g.H * g.W, g.C * g.H * g.W, i, pieces);
           }
           if (ka < kb) {
-            run_tiles<T>(img + gi * Cg * g.plane(), koff.data(), ka, kb, qoff.data(), P, gyt, Opad,
-                         nvec, part + (gi * K + ka) * Opad, Opad, nullptr, true);
+            KS::template tiles<T>(img + gi * Cg * g.plane(), koff.data(), ka, kb, qoff.data(), P,
+                                  gyt, Opad, nvec, part + (gi * K + ka) * Opad, Opad, nullptr,
+                                  true);
           }
         }
       }
@@ -315,14 +375,14 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, T* gb, const Geom& g) 
 // columns X [K (+1 row of ones for the bias)][P] are built (cheap when K is small) and
 // grad_w[o][k] = sum_q grad_out[o][q] * X[k][q] is taken as dot products vectorised along q, kept
 // as per-lane partial sums across images and reduced once at the end.
-template <typename T>
+template <typename KS, typename T>
 bool backward_weight_by_dots(const Geom& g, int threads) {
-  return g.K() <= 32 && g.P() >= 8 * Vec<T>::W && g.N >= threads;
+  return g.K() <= 32 && g.P() >= 8 * KS::template width<T> && g.N >= threads;
 }
 
-template <typename T>
+template <typename KS, typename T>
 void conv_backward_weight_dots(const T* gy, const T* x, T* gw, T* gb, const Geom& g) {
-  constexpr int64_t W = Vec<T>::W;
+  constexpr int64_t W = KS::template width<T>;
   const int64_t Cg = g.Cg(), Og = g.Og(), K = g.K(), P = g.P();
   const int64_t Kb = K + (gb ? 1 : 0);  // a row of ones yields the bias gradient
   const int64_t nvec = P / W;           // full vectors; the rest is added lane by lane
@@ -358,18 +418,20 @@ void conv_backward_weight_dots(const T* gy, const T* x, T* gw, T* gb, const Geom
         }
         const T* gyg = gy + (n * g.O + gi * Og) * P;
         T* pg = part + gi * Og * Kb * W;
-        const int64_t tiles = ceil_div(Og, kDotRows);
-        for (int64_t o0 = 0; o0 < Og; o0 += kDotRows) {
-          const int na = static_cast<int>(std::min<int64_t>(kDotRows, Og - o0));
+        const int64_t tiles = ceil_div(Og, KS::dot_rows);
+        for (int64_t o0 = 0; o0 < Og; o0 += KS::dot_rows) {
+          const int na = static_cast<int>(std::min<int64_t>(KS::dot_rows, Og - o0));
           if (n + 1 < g.N) {  // pull the next image's grad_out and input in meanwhile
-            prefetch_slice(gy + (n + 1) * g.O * P + gi * Og * P, Og * P, o0 / kDotRows, tiles);
+            prefetch_slice(gy + (n + 1) * g.O * P + gi * Og * P, Og * P, o0 / KS::dot_rows, tiles);
             if (gi == 0) {
-              prefetch_slice(x + (n + 1) * g.C * g.H * g.W, g.C * g.H * g.W, o0 / kDotRows, tiles);
+              prefetch_slice(x + (n + 1) * g.C * g.H * g.W, g.C * g.H * g.W, o0 / KS::dot_rows,
+                             tiles);
             }
           }
-          for (int64_t k0 = 0; k0 < Kb; k0 += kDotCols) {
-            const int nb = static_cast<int>(std::min<int64_t>(kDotCols, Kb - k0));
-            dot_tile(gyg + o0 * P, P, na, col + k0 * P, P, nb, nvec, pg + (o0 * Kb + k0) * W, Kb);
+          for (int64_t k0 = 0; k0 < Kb; k0 += KS::dot_cols) {
+            const int nb = static_cast<int>(std::min<int64_t>(KS::dot_cols, Kb - k0));
+            KS::template dots<T>(gyg + o0 * P, P, na, col + k0 * P, P, nb, nvec,
+                                 pg + (o0 * Kb + k0) * W, Kb);
             for (int64_t q = nvec * W; q < P; ++q)  // the last partial vector, lane 0
               for (int i = 0; i < na; ++i)
                 for (int j = 0; j < nb; ++j)
@@ -401,17 +463,17 @@ void conv_backward_weight_dots(const T* gy, const T* x, T* gw, T* gb, const Geom
 // That forward vectorises over the input channels per group; with only a few of them (a first
 // layer on 1-3 channels) most vector lanes would idle, and the column path, which vectorises over
 // Cg * KH * KW, wins despite its scatter (weighted 1/2 for it).
-template <typename T>
+template <typename KS, typename T>
 bool backward_data_as_forward(const Geom& g) {
   if (g.sh != 1 || g.sw != 1 || g.ph > g.dh * (g.KH - 1) || g.pw > g.dw * (g.KW - 1)) return false;
-  constexpr int64_t W = Vec<T>::W;
+  constexpr int64_t W = KS::template width<T>;
   const double lanes_flip =
       static_cast<double>(g.Cg()) / static_cast<double>(ceil_div(g.Cg(), W) * W);
   const double lanes_col = static_cast<double>(g.K()) / static_cast<double>(ceil_div(g.K(), W) * W);
   return lanes_flip >= 0.5 * lanes_col;
 }
 
-template <typename T>
+template <typename KS, typename T>
 void conv_backward_data_flipped(const T* gy, const T* w, T* gx, const Geom& g) {
   const int64_t Cg = g.Cg(), Og = g.Og(), KH = g.KH, KW = g.KW;
   static thread_local std::vector<T> wf_buf;
@@ -427,14 +489,14 @@ void conv_backward_data_flipped(const T* gy, const T* w, T* gx, const Geom& g) {
   t.C = g.O, t.H = g.OH, t.W = g.OW, t.O = g.C, t.OH = g.H, t.OW = g.W;
   t.sh = t.sw = 1;
   t.ph = g.dh * (KH - 1) - g.ph, t.pw = g.dw * (KW - 1) - g.pw;
-  conv_forward(gy, static_cast<const T*>(wf), static_cast<const T*>(nullptr), gx, t);
+  conv_forward<KS>(gy, static_cast<const T*>(wf), static_cast<const T*>(nullptr), gx, t);
 }
 
 // General case: per image, column tiles colT[q][(c, kh, kw)] = sum_o grad_out[o][q] * w[o][k]
 // scattered back into a padded grad_x (col2im).
-template <typename T>
+template <typename KS, typename T>
 void conv_backward_data_col2im(const T* gy, const T* w, T* gx, const Geom& g) {
-  constexpr int64_t W = Vec<T>::W;
+  constexpr int64_t W = KS::template width<T>;
   const int64_t Cg = g.Cg(), Og = g.Og(), K = g.K(), P = g.P();
   const int64_t nvec = ceil_div(K, W), Kpad = nvec * W;
   std::vector<T> wpk(static_cast<size_t>(g.G * Og * Kpad), T(0));  // [G][Og][Kpad]
@@ -458,8 +520,8 @@ void conv_backward_data_col2im(const T* gy, const T* w, T* gx, const Geom& g) {
         T* gxg = gxp + gi * Cg * g.plane();
         for (int64_t q0 = 0; q0 < P; q0 += qchunk) {
           const int64_t q1 = std::min(P, q0 + qchunk);
-          run_tiles<T>(gy + (n * g.O + gi * Og) * P, qid.data(), q0, q1, ooff.data(), Og,
-                       wpk.data() + gi * Og * Kpad, Kpad, nvec, col, Kpad, nullptr, false);
+          KS::template tiles<T>(gy + (n * g.O + gi * Og) * P, qid.data(), q0, q1, ooff.data(), Og,
+                                wpk.data() + gi * Og * Kpad, Kpad, nvec, col, Kpad, nullptr, false);
           for (int64_t q = q0; q < q1; ++q) {
             T* dst = gxg + qoff[q];
             const T* src = col + (q - q0) * Kpad;
@@ -513,6 +575,33 @@ const T* ptr_or_null(const Tensor& t) {
   return t.defined() ? t.data_ptr<T>() : nullptr;
 }
 
+// Which copy of the kernels runs: AVX-512 when the CPU has it (and this build has that copy),
+// else the build-flag kernels. GRADUS_CONV_ISA=base forces the latter (tests cover both; also a
+// way out should AVX-512 ever misbehave somewhere).
+bool use_avx512_kernels() {
+#if GRADUS_CONV_DISPATCH_AVX512
+  static const bool cpu_has =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  const char* isa = std::getenv("GRADUS_CONV_ISA");
+  return cpu_has && !(isa && std::string_view(isa) == "base");
+#else
+  return false;
+#endif
+}
+
+// Calls fn(kernels) with the chosen kernel copy's interface (an empty tag object).
+template <typename Fn>
+void with_kernels(Fn&& fn) {
+#if GRADUS_CONV_DISPATCH_AVX512
+  if (use_avx512_kernels()) {
+    fn(convk512::Kernels{});
+    return;
+  }
+#endif
+  fn(convk_base::Kernels{});
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------ launchers
@@ -530,7 +619,8 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
       for (int64_t i = 0; i < out.numel(); ++i) o[i] = b ? b[(i / g.P()) % g.O] : T(0);
       return;
     }
-    conv_forward(xf.data_ptr<T>(), wf.data_ptr<T>(), b, o, g);
+    with_kernels(
+        [&](auto k) { conv_forward<decltype(k)>(xf.data_ptr<T>(), wf.data_ptr<T>(), b, o, g); });
   });
   f.finish();
 }
@@ -546,11 +636,16 @@ void CpuBackend::conv2d_backward_data(const Tensor& grad_out, const Tensor& w, c
     T* gx = of.data_ptr<T>();
     if (g.P() == 0 || g.Og() == 0) {
       std::fill(gx, gx + grad_x.numel(), T(0));
-    } else if (backward_data_as_forward<T>(g)) {
-      conv_backward_data_flipped(gf.data_ptr<T>(), wf.data_ptr<T>(), gx, g);
-    } else {
-      conv_backward_data_col2im(gf.data_ptr<T>(), wf.data_ptr<T>(), gx, g);
+      return;
     }
+    with_kernels([&](auto k) {
+      using KS = decltype(k);
+      if (backward_data_as_forward<KS, T>(g)) {
+        conv_backward_data_flipped<KS>(gf.data_ptr<T>(), wf.data_ptr<T>(), gx, g);
+      } else {
+        conv_backward_data_col2im<KS>(gf.data_ptr<T>(), wf.data_ptr<T>(), gx, g);
+      }
+    });
   });
   f.finish();
 }
@@ -576,11 +671,14 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x,
       }
       return;
     }
-    if (backward_weight_by_dots<T>(g, omp_get_max_threads())) {
-      conv_backward_weight_dots(gf.data_ptr<T>(), xf.data_ptr<T>(), gw, gb, g);
-    } else {
-      conv_backward_weight(gf.data_ptr<T>(), xf.data_ptr<T>(), gw, gb, g);
-    }
+    with_kernels([&](auto k) {
+      using KS = decltype(k);
+      if (backward_weight_by_dots<KS, T>(g, omp_get_max_threads())) {
+        conv_backward_weight_dots<KS>(gf.data_ptr<T>(), xf.data_ptr<T>(), gw, gb, g);
+      } else {
+        conv_backward_weight<KS>(gf.data_ptr<T>(), xf.data_ptr<T>(), gw, gb, g);
+      }
+    });
   });
   f.finish();
 }

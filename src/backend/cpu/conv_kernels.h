@@ -1,6 +1,14 @@
 // Register-blocked micro-kernels for conv.cpp (the CPU backend's convolutions), kept apart so
 // conv.cpp reads as the algorithms: geometry, the forward / backward drivers and the launchers.
 //
+// NOT an ordinary header: conv.cpp includes it twice, inside two namespaces -- once under
+// `#pragma GCC target("avx512...")` with GRADUS_CONVK_AVX512 = 1 (chosen at run time when the CPU
+// has AVX-512), and once with the build's own flags -- so the hot loops get AVX-512 even though
+// the project builds with -mno-avx512f on GCC 12 (see cmake/GradusHelpers.cmake). The C++
+// preprocessor runs before `#pragma GCC target` takes effect, hence the explicit macro instead
+// of the compiler's ISA macro. Each copy ends with `struct Kernels`, the interface conv.cpp's
+// drivers use.
+//
 // The core is one micro-kernel:
 //
 //   C[i][o] (+)= sum_j  base[rowoff[i] + loopoff[j]] * B[j][o]      i < R rows, o < V vectors
@@ -10,23 +18,13 @@
 // operand B is contiguous along output channels. micro_kernel_unit is the variant for R
 // consecutive positions of one output row (one pointer instead of R); dot_tile computes dot
 // products along positions for the small-reduction weight gradient.
-#pragma once
-
-#include <algorithm>
-#include <cstdint>
-#include <type_traits>
-#include <vector>
-
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
-
-namespace gradus::backend::cpu::convk {
+// Expects (from conv.cpp): <immintrin.h> on x86, <algorithm>, <cstdint>, <type_traits>, and
+// GRADUS_CONVK_AVX512 defined to 0 or 1.
 
 // ---------------------------------------------------------------------------------------- SIMD
 template <typename T>
 struct Vec;
-#if defined(__AVX512F__)
+#if GRADUS_CONVK_AVX512
 constexpr int kMaxAcc = 24;  // of 32 zmm registers
 constexpr int kMaxVecs = 4;  // vectors of output channels per block
 template <>
@@ -87,7 +85,7 @@ struct Vec {
 };
 #endif
 
-#if defined(__AVX512F__)
+#if GRADUS_CONVK_AVX512
 // GCC 12's AVX-512 shuffle intrinsics trip -Wmaybe-uninitialized on their own internal
 // _mm512_undefined_ps() (GCC bug 105593, fixed in GCC 13).
 #pragma GCC diagnostic push
@@ -218,7 +216,7 @@ void micro_kernel_unit(const T* p0, const int64_t* loopoff, int64_t len, const T
     }
   }
   if (out) {  // final: out[o][i] (NCHW rows of ld_out) for o < o_valid, transposed here
-#if defined(__AVX512F__)
+#if GRADUS_CONVK_AVX512
     if constexpr (std::is_same_v<T, float>) {
       const __mmask16 mask = static_cast<__mmask16>((1u << R) - 1);
       for (int v = 0; v < V; ++v) {
@@ -334,7 +332,7 @@ void run_tiles(const T* base, const int64_t* rowoff, int64_t r0, int64_t r1, con
 template <typename T>
 void transpose(const T* src, int64_t rows, int64_t cols, int64_t lds, T* dst, int64_t ldd) {
   int64_t r = 0;
-#if defined(__AVX512F__)
+#if GRADUS_CONVK_AVX512
   if constexpr (std::is_same_v<T, float>) {
     for (; r + 16 <= rows; r += 16) {
       int64_t c = 0;
@@ -347,7 +345,7 @@ void transpose(const T* src, int64_t rows, int64_t cols, int64_t lds, T* dst, in
 #endif
   for (; r + 8 <= rows; r += 8) {
     int64_t c = 0;
-#if defined(__AVX2__)
+#if GRADUS_CONVK_AVX512 || defined(__AVX2__)
     if constexpr (std::is_same_v<T, float>) {
       for (; c + 8 <= cols; c += 8) {
         __m256 m[8], t[8];
@@ -385,21 +383,7 @@ void transpose(const T* src, int64_t rows, int64_t cols, int64_t lds, T* dst, in
   }
 }
 
-template <typename T>
-T* scratch(std::vector<T>& buf, size_t n) {
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
-
-// Scratch that persists between calls (no page faults from fresh allocations), zero filled.
-template <typename T>
-T* zeroed_scratch(std::vector<T>& buf, size_t n) {
-  T* p = scratch(buf, n);
-  std::fill(p, p + n, T(0));
-  return p;
-}
-
-inline int64_t ceil_div(int64_t a, int64_t b) {
+inline int64_t ceil_div_k(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
@@ -439,4 +423,29 @@ void dot_tile(const T* A, int64_t lda, int na, const T* B, int64_t ldb, int nb, 
     }
 }
 
-}  // namespace gradus::backend::cpu::convk
+// ------------------------------------------------------------------------------- interface
+// What conv.cpp's drivers see of this copy of the kernels.
+struct Kernels {
+  template <typename T>
+  static constexpr int64_t width = Vec<T>::W;  // output channels per vector
+  static constexpr int64_t max_vecs = kMaxVecs;
+  static constexpr bool unit_tiles = kUnitTiles;
+  static constexpr int64_t dot_rows = kDotRows, dot_cols = kDotCols;
+  static constexpr int64_t rows(int64_t v) { return rows_for(static_cast<int>(v)); }
+  template <typename T, typename... A>
+  static void tiles(A... a) {
+    run_tiles<T>(a...);
+  }
+  template <typename T, typename... A>
+  static void tiles_unit(A... a) {
+    run_tiles_unit<T>(a...);
+  }
+  template <typename T, typename... A>
+  static void transpose_block(A... a) {
+    transpose<T>(a...);
+  }
+  template <typename T, typename... A>
+  static void dots(A... a) {
+    dot_tile<T>(a...);
+  }
+};

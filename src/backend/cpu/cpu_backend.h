@@ -2,9 +2,16 @@
 // Kernels are grouped by family, one .cpp each (elementwise.cpp, reduce.cpp, gemm.cpp, ...).
 #pragma once
 
+#include <string>
+
 #include "backend/backend.h"
 
 namespace gradus::backend::cpu {
+
+// Picks OpenBLAS's kernels for this CPU when its own detection fell back to a generic core
+// (blas_config.cpp). Called once, when the CPU backend is first created.
+void configure_blas();
+std::string blas_core_name();
 
 class CpuBackend final : public Backend {
  public:
