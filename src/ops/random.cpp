@@ -66,7 +66,10 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opti
                ")");
   Tensor t = empty(shape, {options.dtype, options.device});
   if (t.numel() > 0) {
-    backend_of(t).uniform(t, pick(gen).reserve(blocks_for(t.numel())), static_cast<double>(low),
+    // Ranges wider than 2^32 take two Philox words per value (see the CPU kernel).
+    const bool wide = static_cast<uint64_t>(high - low) > (uint64_t{1} << 32);
+    const uint64_t blocks = blocks_for(wide ? 2 * t.numel() : t.numel());
+    backend_of(t).uniform(t, pick(gen).reserve(blocks), static_cast<double>(low),
                           static_cast<double>(high));
   }
   return t;
