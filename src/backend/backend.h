@@ -239,6 +239,7 @@ class Backend {
   virtual void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Tensor& grad_w,
                                       const Tensor& grad_bias, const Conv2dArgs& args) = 0;
   // x [N, C, H, W] -> out [N, C, OH, OW], indices i64 (flat h * W + w within the plane).
+  // Pooling backwards write every element of grad_x (the caller passes uninitialised memory).
   virtual void max_pool2d(const Tensor& x, const Tensor& out, const Tensor& indices,
                           const Pool2dArgs& args) = 0;
   virtual void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices,

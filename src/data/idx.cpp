@@ -164,7 +164,7 @@ Tensor parse_idx(const std::vector<uint8_t>& bytes, const std::string& name) {
   const uint8_t* src = bytes.data() + header;
   auto* dst = static_cast<uint8_t*>(out.raw_data());
   if (elem == 1) {
-    std::memcpy(dst, src, count);
+    if (count > 0) std::memcpy(dst, src, count);  // an empty tensor has no buffer (dst null)
   } else {
     // Values are big-endian: reverse each element's bytes.
     for (size_t i = 0; i < count; ++i) {

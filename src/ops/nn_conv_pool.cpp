@@ -229,7 +229,7 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) {
                 [si = SavedTensor(indices), x4_shape = s.x4.sizes(), x_shape = x.sizes()](
                     const TensorList& g, const NeedsGrad&) {
                   // Each output's gradient goes to its window's argmax (pre-zeroed grad_x).
-                  Tensor gx = zeros(x4_shape, g[0].options());
+                  Tensor gx = empty(x4_shape, g[0].options());  // kernels write every element
                   if (g[0].numel() > 0) {
                     backend_of(gx).max_pool2d_backward(grad_nchw(g[0]), si.get(), gx);
                   }
@@ -244,7 +244,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options) {
   return record("avg_pool2d", unbatch(out, s.batched), {x},
                 [args = s.args, x4_shape = s.x4.sizes(), x_shape = x.sizes()](const TensorList& g,
                                                                               const NeedsGrad&) {
-                  Tensor gx = zeros(x4_shape, g[0].options());
+                  Tensor gx = empty(x4_shape, g[0].options());  // kernels write every element
                   if (g[0].numel() > 0) {
                     backend_of(gx).avg_pool2d_backward(grad_nchw(g[0]), gx, args);
                   }
@@ -267,7 +267,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, const std::vector<int64_t>& output_s
   return record(
       op, unbatch(out, batched), {x},
       [x4_shape = x4.sizes(), x_shape = x.sizes()](const TensorList& g, const NeedsGrad&) {
-        Tensor gx = zeros(x4_shape, g[0].options());
+        Tensor gx = empty(x4_shape, g[0].options());  // kernels write every element
         if (g[0].numel() > 0) {
           backend_of(gx).adaptive_avg_pool2d_backward(grad_nchw(g[0]), gx);
         }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <random>
@@ -126,6 +127,21 @@ void for_thread_counts(const std::function<void()>& body) {
     body();
   }
   set_num_threads(keep);
+}
+
+// Runs body with each copy of the convolution kernels: AVX-512 (where the CPU has it) and the
+// build's own ISA (GRADUS_CONV_ISA=base, read by the kernels on every call).
+void for_conv_isas(const std::function<void()>& body) {
+  for (const char* isa : {"", "base"}) {
+    SCOPED_TRACE(std::string("GRADUS_CONV_ISA=") + isa);
+    if (*isa) {
+      setenv("GRADUS_CONV_ISA", isa, 1);
+    } else {
+      unsetenv("GRADUS_CONV_ISA");
+    }
+    body();
+  }
+  unsetenv("GRADUS_CONV_ISA");
 }
 
 // ------------------------------------------------------------------------------ softmax tests
@@ -499,19 +515,21 @@ void check_conv(const ConvCase& k, DType dt, std::mt19937_64& rng) {
   const double tol = dt == DType::f64 ? 1e-12 : dt == DType::f32 ? 2e-6 : 1e-2;
   const double atol = tol * std::sqrt(std::max(K, static_cast<double>(k.N * OH * OW)));
   Tensor xt = make(xs, x, dt), wt = make(ws, w, dt), gyt = make(ys, gy, dt);
-  for_thread_counts([&] {
-    Tensor y = poisoned(ys, dt);
-    cpu().conv2d(xt, wt, k.bias ? make({k.O}, b, dt) : Tensor(), y, k.args());
-    EXPECT_TRUE(close(values(y), r.y, tol, atol)) << "forward";
-    Tensor gx = poisoned(xs, dt);
-    cpu().conv2d_backward_data(gyt, wt, gx, k.args());
-    EXPECT_TRUE(close(values(gx), r.gx, tol, atol)) << "backward data";
-    Tensor gw = poisoned(ws, dt), gb = poisoned({k.O}, dt);
-    cpu().conv2d_backward_weight(gyt, xt, gw, k.bias ? gb : Tensor(), k.args());
-    EXPECT_TRUE(close(values(gw), r.gw, tol, atol)) << "backward weight";
-    if (k.bias) {
-      EXPECT_TRUE(close(values(gb), r.gb, tol, atol)) << "backward bias";
-    }
+  for_conv_isas([&] {
+    for_thread_counts([&] {
+      Tensor y = poisoned(ys, dt);
+      cpu().conv2d(xt, wt, k.bias ? make({k.O}, b, dt) : Tensor(), y, k.args());
+      EXPECT_TRUE(close(values(y), r.y, tol, atol)) << "forward";
+      Tensor gx = poisoned(xs, dt);
+      cpu().conv2d_backward_data(gyt, wt, gx, k.args());
+      EXPECT_TRUE(close(values(gx), r.gx, tol, atol)) << "backward data";
+      Tensor gw = poisoned(ws, dt), gb = poisoned({k.O}, dt);
+      cpu().conv2d_backward_weight(gyt, xt, gw, k.bias ? gb : Tensor(), k.args());
+      EXPECT_TRUE(close(values(gw), r.gw, tol, atol)) << "backward weight";
+      if (k.bias) {
+        EXPECT_TRUE(close(values(gb), r.gb, tol, atol)) << "backward bias";
+      }
+    });
   });
 }
 
