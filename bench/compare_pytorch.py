@@ -18,6 +18,7 @@ import argparse
 import datetime
 import glob
 import json
+import re
 import os
 import platform
 import shutil
@@ -165,17 +166,15 @@ def run_gradus(binary, args):
 
 
 def openblas_core(binary):
-    """The kernel set OpenBLAS (a DYNAMIC_ARCH build) picked for this CPU, or None."""
-    env = dict(GRADUS_ENV, OPENBLAS_VERBOSE="2")
+    """The OpenBLAS kernel set gradus runs with (as `gradus info` reports it, after gradus's own
+    correction of OpenBLAS's CPU detection), or None."""
     try:
-        out = subprocess.run([binary, "bench", "--gemm", "64", "--steps", "1", "--threads", "1"],
-                             capture_output=True, text=True, timeout=120, env=env)
+        out = subprocess.run([binary, "info"], capture_output=True, text=True, timeout=120,
+                             env=GRADUS_ENV)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    for line in (out.stdout + out.stderr).splitlines():
-        if line.startswith("Core:"):
-            return line.split(":", 1)[1].strip()
-    return None
+    m = re.search(r"core (\w+)", out.stdout)
+    return m.group(1) if m else None
 
 
 def cpu_flags():

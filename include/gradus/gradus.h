@@ -2,6 +2,7 @@
 #pragma once
 
 #include "gradus/autograd.h"
+#include "gradus/core/determinism.h"
 #include "gradus/core/device.h"
 #include "gradus/core/dtype.h"
 #include "gradus/core/error.h"

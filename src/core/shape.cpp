@@ -14,8 +14,16 @@ std::string shape_str(const Shape& shape) {
 }
 
 int64_t shape_numel(const Shape& shape) {
+  // Zero elements if any dim is 0, whatever the others (which may come from a file and be
+  // huge); otherwise the product must fit in int64.
+  for (int64_t d : shape) {
+    if (d == 0) return 0;
+  }
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  bool overflow = false;
+  for (int64_t d : shape) overflow = overflow || __builtin_mul_overflow(n, d, &n);
+  GRADUS_CHECK(!overflow, ShapeError, "shape ", shape_str(shape),
+               " is too large: its element count overflows int64");
   return n;
 }
 
@@ -24,7 +32,10 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= shape[i] > 0 ? shape[i] : 1;
+    // A shape with a zero dim has no elements, but its other dims still give strides; a file
+    // (IDX, safetensors) can declare e.g. [0, 2^31, 2^31, 2^31]: refuse rather than overflow.
+    GRADUS_CHECK(!__builtin_mul_overflow(s, shape[i] > 0 ? shape[i] : 1, &s), ShapeError,
+                 "shape ", shape_str(shape), " is too large: its strides overflow int64");
   }
   return strides;
 }

@@ -142,6 +142,13 @@ TEST(BadInputFiles, CorruptIdx) {
   write_bytes(path, "PK\x03\x04 a zip file");
   expect_error<IOError>(
       "IDX: wrong magic number", [&] { data::read_idx(path); }, "bad magic number");
+  // Zero elements, but the other dims' strides overflow int64 (found by fuzz_idx).
+  write_bytes(path, std::string("\x00\x00\x08\x04\x00\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff"
+                                "\xff\xff\xff\xff",
+                                20));
+  expect_error<ShapeError>(
+      "IDX: dims [0, 2^32-1, 2^32-1, 2^32-1] (empty, strides overflow)",
+      [&] { data::read_idx(path); }, "is too large: its strides overflow");
   const std::string gz = dir.file("labels-idx1-ubyte.gz");
   write_bytes(gz, std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00", 8));
   expect_error<IOError>(
@@ -185,6 +192,13 @@ TEST(BadInputOps, ShapesDTypesDevicesIndices) {
       [&] { index_select(table, 0, tensor({-9}, {}, {DType::i64})); }, "-9");
   expect_error<Error>(
       "sum over dim 5 of a 2-D tensor", [&] { sum(a, {5}); }, "5");
+  const int64_t big = int64_t{1} << 40;
+  expect_error<ShapeError>(
+      "empty([2^40, 2^40]): element count overflows",
+      [&] {
+        empty({big, big}, {DType::f32});
+      },
+      "element count overflows");
   if (cuda_device_count() == 0) {
     expect_error<DeviceError>(
         "to(cuda:0) without a GPU", [&] { a.to(Device::cuda(0)); }, "cuda");
