@@ -72,63 +72,107 @@ int bench_gemm(const BenchOptions& o, Device device) {
   return 0;
 }
 
-}  // namespace
+// Median time of a whole training step (forward, cross-entropy, backward, Adam) of a bench model.
+struct StepTiming {
+  double median_ms = 0;
+  double mean_ms = 0;
+  double last_loss = 0;
+  std::shared_ptr<nn::Module> model;
+};
 
-int run_bench(const BenchOptions& o) {
-  apply_threads(o.threads);
-  const Device device = resolve_device(o.device);
-  manual_seed(o.seed);
-  if (o.gemm > 0) return bench_gemm(o, device);
+std::string bench_model_name(const std::string& model) {
+  return model == "mlp" ? "mlp-bench" : model == "cnn" ? "cnn-bench" : model;
+}
 
-  const std::string name = o.model == "mlp"         ? "mlp-bench"
-                           : o.model == "mlp-large" ? "mlp-large"
-                           : o.model == "cnn"       ? "cnn-bench"
-                                                    : o.model;
-  std::shared_ptr<nn::Module> model = nn::make_model(name);
-  model->to(device);
-  model->train();
-  optim::Adam optimizer(model->parameters());
-  const Tensor x = randn({o.batch_size, 1, 28, 28}, {DType::f32, device});
-  const Tensor y = randint(0, 10, {o.batch_size}, {DType::i64, device});
-
+StepTiming time_training_step(const std::string& model_name, int64_t batch_size, Device device,
+                              int warmup, int steps, int repeats) {
+  StepTiming result;
+  result.model = nn::make_model(model_name);
+  nn::Module& model = *result.model;
+  model.to(device);
+  model.train();
+  optim::Adam optimizer(model.parameters());
+  const Tensor x = randn({batch_size, 1, 28, 28}, {DType::f32, device});
+  const Tensor y = randint(0, 10, {batch_size}, {DType::i64, device});
   auto step = [&] {
     optimizer.zero_grad();
-    const Tensor loss = cross_entropy((*model)(x), y);
+    const Tensor loss = cross_entropy(model(x), y);
     loss.backward();
     optimizer.step();
     return loss.item();  // waits for the device
   };
-  for (int i = 0; i < o.warmup; ++i) step();
+  for (int i = 0; i < warmup; ++i) step();
   std::vector<double> times;
-  double last_loss = 0;
-  for (int r = 0; r < o.repeats; ++r) {
-    for (int s = 0; s < o.steps; ++s) {
+  for (int r = 0; r < repeats; ++r) {
+    for (int s = 0; s < steps; ++s) {
       const auto t0 = Clock::now();
-      last_loss = step();
+      result.last_loss = step();
       times.push_back(ms_since(t0));
     }
   }
-  const double ms = median(times);
+  result.median_ms = median(times);
+  result.mean_ms = mean(times);
+  return result;
+}
+
+// The "why GPUs" table: the three bench models on the CPU and on every GPU, measured.
+int compare_devices(const BenchOptions& o) {
+  std::vector<Device> devices = {Device::cpu()};
+  for (int i = 0; i < cuda_device_count(); ++i) devices.push_back(Device::cuda(i));
+  const std::pair<const char*, int64_t> runs[] = {{"mlp", 100}, {"mlp-large", 256}, {"cnn", 64}};
+  std::printf("%-10s %6s %-8s %12s %14s %10s\n", "model", "batch", "device", "ms/step", "samples/s",
+              "vs cpu");
+  for (const auto& [model, batch] : runs) {
+    double cpu_ms = 0;
+    for (const Device& device : devices) {
+      const StepTiming t =
+          time_training_step(bench_model_name(model), batch, device, o.warmup, o.steps, o.repeats);
+      if (device.is_cpu()) cpu_ms = t.median_ms;
+      std::printf("%-10s %6lld %-8s %12.3f %14.0f %9.2fx\n", model, static_cast<long long>(batch),
+                  device.str().c_str(), t.median_ms,
+                  static_cast<double>(batch) / (t.median_ms * 1e-3), cpu_ms / t.median_ms);
+    }
+  }
+  if (devices.size() == 1) {
+    std::printf("(no CUDA device: GPU rows need a machine with a GPU and a CUDA build)\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_bench(const BenchOptions& o) {
+  apply_threads(o.threads);
+  manual_seed(o.seed);
+  if (o.compare_devices) return compare_devices(o);
+  const Device device = resolve_device(o.device);
+  if (o.gemm > 0) return bench_gemm(o, device);
+
+  const std::string name = bench_model_name(o.model);
+  const StepTiming timing =
+      time_training_step(name, o.batch_size, device, o.warmup, o.steps, o.repeats);
+  const nn::Module& model = *timing.model;
+  const double ms = timing.median_ms;
   // MLPs are all GEMM: forward, backward-data and backward-weight are 2*B*in*out flops each per
   // Linear, so the step's GEMM rate can be set against `gradus bench --gemm N`.
   double linear_weights = 0;
-  for (const Tensor& p : model->parameters()) {
+  for (const Tensor& p : model.parameters()) {
     if (p.dim() == 2) linear_weights += static_cast<double>(p.numel());
   }
   nlohmann::ordered_json out = {{"benchmark", "train_step"},
                                 {"model", o.model},
                                 {"model_name", name},
-                                {"parameters", model->num_parameters()},
+                                {"parameters", model.num_parameters()},
                                 {"batch_size", o.batch_size},
                                 {"threads", get_num_threads()},
                                 {"device", device.str()},
                                 {"ms_per_step", ms},
-                                {"ms_per_step_mean", mean(times)},
+                                {"ms_per_step_mean", timing.mean_ms},
                                 {"samples_per_s", static_cast<double>(o.batch_size) / (ms * 1e-3)},
                                 {"steps", o.steps},
                                 {"warmup", o.warmup},
                                 {"repeats", o.repeats},
-                                {"final_loss", last_loss}};
+                                {"final_loss", timing.last_loss}};
   if (o.model != "cnn") {
     out["linear_gflops"] =
         6.0 * static_cast<double>(o.batch_size) * linear_weights / (ms * 1e-3) / 1e9;

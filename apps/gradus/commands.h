@@ -65,6 +65,7 @@ struct BenchOptions {
   std::string device = "auto";
   int64_t gemm = 0;  // > 0: time an NxN SGEMM instead of a model
   uint64_t seed = 0;
+  bool compare_devices = false;  // the three bench models on the CPU and every GPU, as a table
 };
 int run_bench(const BenchOptions& o);
 
