@@ -33,6 +33,7 @@
 #endif
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/float_args.h"
 
 // The kernels twice (see conv_kernels.h): with AVX-512 for CPUs that have it, whatever the build
 // flags (GCC only: the pragma), and with the build's own flags.
@@ -539,43 +540,6 @@ void conv_backward_data_col2im(const T* gy, const T* w, T* gx, const Geom& g) {
                       sizeof(T) * static_cast<size_t>(g.W));
     }
   }
-}
-
-// Half-precision tensors are computed in float32 copies, rounded once when copied back.
-struct F32Args {
-  CpuBackend& be;
-  std::vector<std::pair<Tensor, Tensor>> back;  // (float32 copy, original output)
-  static bool native(const Tensor& t) {
-    return !t.defined() || t.dtype() == DType::f32 || t.dtype() == DType::f64;
-  }
-  Tensor in(const Tensor& t) {
-    if (native(t)) return t;
-    Tensor f = empty(t.sizes(), {DType::f32, t.device()});
-    be.copy(t, f);
-    return f;
-  }
-  Tensor out(const Tensor& t) {
-    if (native(t)) return t;
-    Tensor f = empty(t.sizes(), {DType::f32, t.device()});
-    back.emplace_back(f, t);
-    return f;
-  }
-  void finish() {
-    for (auto& [f, t] : back) be.copy(f, t);
-  }
-};
-
-template <typename Fn>
-void dispatch_f(DType t, Fn&& fn) {
-  if (t == DType::f64)
-    fn(double{});
-  else
-    fn(float{});
-}
-
-template <typename T>
-const T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data_ptr<T>() : nullptr;
 }
 
 // Which copy of the kernels runs: AVX-512 when the CPU has it (and this build has that copy),

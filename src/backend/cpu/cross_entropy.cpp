@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/float_args.h"
 #include "backend/cpu/loops.h"
 #include "backend/cpu/vec_math.h"
 
@@ -23,35 +24,6 @@ inline float exp_(float v) {
 }
 inline double exp_(double v) {
   return std::exp(v);
-}
-
-// Half-precision tensors are computed in float32 copies, rounded once when copied back.
-struct F32Args {
-  CpuBackend& be;
-  std::vector<std::pair<Tensor, Tensor>> back;  // (float32 copy, original output)
-  Tensor in(const Tensor& t) {
-    if (!t.defined() || t.dtype() == DType::f32 || t.dtype() == DType::f64) return t;
-    Tensor f = empty(t.sizes(), {DType::f32, t.device()});
-    be.copy(t, f);
-    return f;
-  }
-  Tensor out(const Tensor& t) {
-    if (!t.defined() || t.dtype() == DType::f32 || t.dtype() == DType::f64) return t;
-    Tensor f = empty(t.sizes(), {DType::f32, t.device()});
-    back.emplace_back(f, t);
-    return f;
-  }
-  void finish() {
-    for (auto& [f, t] : back) be.copy(f, t);
-  }
-};
-
-template <typename Fn>
-void dispatch_f(DType t, Fn&& fn) {
-  if (t == DType::f64)
-    fn(double{});
-  else
-    fn(float{});
 }
 
 // Reads element i of a 1-D integer tensor of any integer dtype and stride.

@@ -7,42 +7,11 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/float_args.h"
 #include "backend/cpu/loops.h"
 
 namespace gradus::backend::cpu {
 namespace {
-
-// Half-precision tensors are computed in float32 copies, rounded once when copied back.
-struct F32Args {
-  CpuBackend& be;
-  std::vector<std::pair<Tensor, Tensor>> back;  // (float32 copy, original output)
-  static bool native(const Tensor& t) {
-    return !t.defined() || t.dtype() == DType::f32 || t.dtype() == DType::f64;
-  }
-  Tensor in(const Tensor& t) {
-    if (native(t)) return t;
-    Tensor f = empty(t.sizes(), {DType::f32, t.device()});
-    be.copy(t, f);
-    return f;
-  }
-  Tensor out(const Tensor& t) {
-    if (native(t)) return t;
-    Tensor f = empty(t.sizes(), {DType::f32, t.device()});
-    back.emplace_back(f, t);
-    return f;
-  }
-  void finish() {
-    for (auto& [f, t] : back) be.copy(f, t);
-  }
-};
-
-template <typename Fn>
-void dispatch_f(DType t, Fn&& fn) {
-  if (t == DType::f64)
-    fn(double{});
-  else
-    fn(float{});
-}
 
 struct Planes {
   int64_t planes, H, W, OH, OW;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/float_args.h"
 #include "backend/cpu/loops.h"
 #include "backend/cpu/vec_math.h"
 
@@ -20,27 +21,6 @@ inline float exp_(float v) {
 inline double exp_(double v) {
   return std::exp(v);
 }
-
-// Half-precision tensors are computed in float32 copies, rounded once when copied back.
-struct F32Args {
-  CpuBackend& be;
-  std::vector<std::pair<Tensor, Tensor>> back;  // (float32 copy, original output)
-  Tensor in(const Tensor& t) {
-    if (!t.defined() || t.dtype() == DType::f32 || t.dtype() == DType::f64) return t;
-    Tensor f = empty(t.sizes(), {DType::f32, t.device()});
-    be.copy(t, f);
-    return f;
-  }
-  Tensor out(const Tensor& t) {
-    if (!t.defined() || t.dtype() == DType::f32 || t.dtype() == DType::f64) return t;
-    Tensor f = empty(t.sizes(), {DType::f32, t.device()});
-    back.emplace_back(f, t);
-    return f;
-  }
-  void finish() {
-    for (auto& [f, t] : back) be.copy(f, t);
-  }
-};
 
 int64_t last_dim(const Tensor& t) {
   return t.dim() == 0 ? 1 : t.size(t.dim() - 1);
@@ -103,14 +83,6 @@ void softmax_backward_rows(const T* g, const T* y, T* gx, int64_t rows, int64_t 
                    }
                  }
                });
-}
-
-template <typename Fn>
-void dispatch_f(DType t, Fn&& fn) {
-  if (t == DType::f64)
-    fn(double{});
-  else
-    fn(float{});
 }
 
 }  // namespace
