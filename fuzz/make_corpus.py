@@ -10,6 +10,7 @@ out-of-file / zero-size data offsets, truncated files, wrong magic numbers and I
 product overflows. tests/io and tests/data check the exact error messages; the fuzzers start
 from these so they explore around every check.
 """
+import base64
 import gzip
 import json
 import os
@@ -141,6 +142,10 @@ write(I, "dims_product_overflows_u8", idx(0x08, [0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFF
 write(I, "dims_product_wraps_to_small", idx(0x08, [0x10000, 0x10000, 0x10000, 0x10000, 2], bytes(2)))
 write(I, "too_short", b"\0\0")
 write(I, "empty", b"")
+# Inputs the fuzzer found (regressions): zero elements, but the strides / the running element
+# count of the other dims overflow int64.
+write(I, "regress_strides_overflow", base64.b64decode("AAAIBwABAAAAAQABAAAAIQAAAAAAAQYACgsMDQ4PEBE="))
+write(I, "regress_numel_overflow", base64.b64decode("AAAIBwABAAAAAQAA/////wAAAAAAACAJCgsMDQ4PEBE="))
 gz = gzip.compress(idx(0x08, [3, 2], bytes(range(6))), mtime=0)
 write(I, "gzip_valid", gz)
 write(I, "gzip_truncated", gz[:-7])
