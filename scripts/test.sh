@@ -1,6 +1,20 @@
 #!/usr/bin/env bash
-# Builds gradus and runs the whole test suite (GPU tests skip cleanly without a GPU).
+# Builds gradus and runs the whole test suite (GPU tests skip cleanly without a GPU), then builds
+# the CPU backend again with AddressSanitizer + UndefinedBehaviorSanitizer and runs the unit tests
+# under it. GRADUS_TEST_SANITIZERS=0 skips the sanitized pass (for quick local runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build.sh
 ctest --test-dir "${GRADUS_BUILD_DIR:-build}" --output-on-failure -j"$(nproc)" "$@"
+
+if [[ "${GRADUS_TEST_SANITIZERS:-1}" != 0 ]]; then
+  asan_dir=${GRADUS_ASAN_BUILD_DIR:-build-asan}
+  echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer ($asan_dir)"
+  cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADUS_SANITIZE=ON \
+    -DGRADUS_USE_CUDA=OFF >/dev/null
+  cmake --build "$asan_dir" -j"$(nproc)"
+  # UBSan aborts on the first report (the code is also built with -fno-sanitize-recover); ASan's
+  # leak checker is on by default.
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    ctest --test-dir "$asan_dir" -L unit --output-on-failure -j"$(nproc)" "$@"
+fi

@@ -167,7 +167,8 @@ TEST_F(SafetensorsInvalid, CoverageOfTheDataSection) {
   // A file truncated mid-way (the classic interrupted copy).
   std::vector<uint8_t> good =
       make_file(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", zeros(16));
-  good.resize(good.size() - 7);
+  // (erase, not resize(size() - 7): the latter trips GCC 12's -Warray-bounds under ASan)
+  good.erase(good.end() - 7, good.end());
   expect_rejected(good, "truncated file?");
 }
 

@@ -13,8 +13,8 @@
 #include <fstream>
 #include <functional>
 #include <limits>
-#include <regex>
 #include <string>
+#include <vector>
 
 #include "gradus/gradus.h"
 #include "support/test_util.h"
@@ -24,17 +24,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Runs fn, which must throw E (or a subclass) whose message matches `pattern` (ECMAScript regex,
-// searched). Prints a Markdown row when GRADUS_PRINT_MESSAGES is set.
+// Runs fn, which must throw E (or a subclass) whose message contains every string in `needles`.
+// Prints a Markdown row when GRADUS_PRINT_MESSAGES is set. (Substrings, not std::regex: GCC 12
+// reports false -Wmaybe-uninitialized errors in <regex> under -fsanitize=address.)
 template <typename E>
 void expect_error(const std::string& what, const std::function<void()>& fn,
-                  const std::string& pattern) {
+                  const std::vector<std::string>& needles) {
   try {
     fn();
   } catch (const E& e) {
     const std::string msg = e.what();
-    EXPECT_TRUE(std::regex_search(msg, std::regex(pattern)))
-        << what << ": the message\n  " << msg << "\ndoes not match\n  " << pattern;
+    for (const std::string& needle : needles) {
+      EXPECT_NE(msg.find(needle), std::string::npos)
+          << what << ": the message\n  " << msg << "\ndoes not contain\n  " << needle;
+    }
     if (std::getenv("GRADUS_PRINT_MESSAGES") != nullptr) {
       std::printf("| %s | `%s` |\n", what.c_str(), msg.c_str());
     }
@@ -44,6 +47,12 @@ void expect_error(const std::string& what, const std::function<void()>& fn,
     return;
   }
   ADD_FAILURE() << what << ": did not throw";
+}
+
+template <typename E>
+void expect_error(const std::string& what, const std::function<void()>& fn,
+                  const std::string& needle) {
+  expect_error<E>(what, fn, std::vector<std::string>{needle});
 }
 
 // A scratch directory removed at the end of the test.
@@ -93,7 +102,7 @@ TEST(BadInputFiles, CorruptTruncatedAndOversizedSafetensors) {
   write_bytes(oversized, huge);
   expect_error<IOError>(
       "safetensors: header length 100,000,001 (> 100 MB cap)",
-      [&] { io::read_safetensors(oversized); }, "100000001|100,000,001");
+      [&] { io::read_safetensors(oversized); }, "100000001");
 
   const std::string garbage = dir.file("garbage.safetensors");
   write_bytes(garbage, "this is not a safetensors file at all");
@@ -111,14 +120,13 @@ TEST(BadInputFiles, WrongModuleWeightsAndCheckpoints) {
   nn::Linear small(4, 3), other(5, 3);
   const std::string path = dir.file("linear.safetensors");
   io::save_module(small, path);
-  expect_error<ShapeError>(
-      "load_module: weights of another shape (strict)", [&] { io::load_module(other, path); },
-      "weight.*\\[3, 4\\].*\\[3, 5\\]");
+  expect_error<ShapeError>("load_module: weights of another shape (strict)",
+                           [&] { io::load_module(other, path); }, {"weight", "[3, 4]", "[3, 5]"});
   nn::Sequential seq;
   seq.push_back(std::make_shared<nn::Linear>(4, 3));
   expect_error<Error>(
       "load_module: different names (missing and unexpected keys)",
-      [&] { io::load_module(seq, path); }, "0\\.weight");
+      [&] { io::load_module(seq, path); }, "0.weight");
   expect_error<IOError>(
       "load_checkpoint: plain weights file, not a checkpoint", [&] { io::load_checkpoint(path); },
       "not a gradus checkpoint");
@@ -159,12 +167,12 @@ TEST(BadInputOps, ShapesDTypesDevicesIndices) {
   const uint64_t seed = testing::fresh_seed();
   const Tensor a = testing::random_tensor({32, 784}, seed, -1, 1, DType::f32);
   const Tensor b = testing::random_tensor({128, 10}, seed + 1, -1, 1, DType::f32);
-  expect_error<ShapeError>(
-      "matmul: inner dimensions differ", [&] { matmul(a, b); }, "matmul.*784.*128");
+  expect_error<ShapeError>("matmul: inner dimensions differ", [&] { matmul(a, b); },
+                           {"matmul", "784", "128"});
   expect_error<ShapeError>(
       "add: shapes that do not broadcast",
       [&] { add(a, testing::random_tensor({3}, seed, -1, 1, DType::f32)); },
-      "\\[32, 784\\].*\\[3\\]");
+      std::vector<std::string>{"[32, 784]", "[3]"});
   expect_error<Error>(
       "reshape: wrong element count",
       [&] {
@@ -215,8 +223,7 @@ TEST(BadInputAnomaly, NaNNamesTheOp) {
   Tensor y = testing::random_tensor({8}, seed + 1, 0.5, 1.0, DType::f32);
   y.set_requires_grad();
   expect_error<AutogradError>(
-      "anomaly mode: sqrt(0) backward gives Inf", [&] { sqrt(y * 0.0).sum().backward(); },
-      "sqrt|Sqrt");
+      "anomaly mode: sqrt(0) backward gives Inf", [&] { sqrt(y * 0.0).sum().backward(); }, "sqrt");
 }
 
 }  // namespace
