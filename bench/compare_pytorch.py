@@ -35,6 +35,7 @@ MODELS = {
            "Linear(3136,128) ReLU Linear(128,10)",
 }
 DEFAULT_RUNS = "mlp@100,mlp-large@256,cnn@64"
+BENCH_BATCHES = 16  # = kBenchBatches in apps/gradus/bench.cpp
 
 
 # ------------------------------------------------------------------------------ PyTorch worker
@@ -85,12 +86,17 @@ def worker_main(args):
         if req.get("adam") in ("foreach", "fused"):
             opt_kwargs[req["adam"]] = True
         opt = torch.optim.Adam(model.parameters(), **opt_kwargs)
-        x = torch.randn(req["batch"], 1, 28, 28, device=device)
-        y = torch.randint(0, 10, (req["batch"],), device=device)
+        # A pool of distinct random batches, cycled, as in `gradus bench` (one repeated batch gets
+        # memorised and the step would be timed on vanishing gradients).
+        xs = [torch.randn(req["batch"], 1, 28, 28, device=device) for _ in range(BENCH_BATCHES)]
+        ys = [torch.randint(0, 10, (req["batch"],), device=device) for _ in range(BENCH_BATCHES)]
+        counter = [0]
 
         def step():
+            i = counter[0] % BENCH_BATCHES
+            counter[0] += 1
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x), y)
+            loss = F.cross_entropy(model(xs[i]), ys[i])
             loss.backward()
             opt.step()
             return loss.item()  # waits for the device, like gradus bench
@@ -98,11 +104,12 @@ def worker_main(args):
         for _ in range(req["warmup"]):
             step()
         times = []
+        loss = float("nan")
         for _ in range(req["steps"]):
             t0 = time.perf_counter()
-            step()
+            loss = step()
             times.append((time.perf_counter() - t0) * 1e3)
-        print(json.dumps({"ms_per_step": statistics.median(times)}), flush=True)
+        print(json.dumps({"ms_per_step": statistics.median(times), "final_loss": loss}), flush=True)
 
 
 class TorchWorker:
