@@ -260,7 +260,7 @@ def main():
                    help="comma-separated model@batch list (models: " + ", ".join(MODELS) + ")")
     p.add_argument("--threads", type=int, default=2, help="CPU threads for both frameworks")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--steps", type=int, default=20, help="timed steps per run")
+    p.add_argument("--steps", type=int, default=200, help="timed steps per run")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps per run")
     p.add_argument("--repeats", type=int, default=5, help="alternating runs of each framework")
     p.add_argument("--gemm", type=int, default=1024, help="SGEMM size N (0: skip)")
@@ -297,7 +297,20 @@ def main():
 
     samples = {run: {"gradus": [], "pytorch": [], "errors": []} for run in runs}
     extra = {}
+    gemm_samples = {"gradus": [], "pytorch": [], "errors": []}
     for r in range(args.repeats):
+        if args.gemm > 0:
+            # The SGEMM rate the MLPs' GEMM work is set against, measured in every repeat (one
+            # measurement swings with the machine's state).
+            time.sleep(0.2)
+            res = run_gradus(binary, ["--gemm", args.gemm, "--steps", 20, "--threads",
+                                      args.threads, "--device", args.device])
+            if "error" in res:
+                gemm_samples["errors"].append(res["error"])
+            else:
+                gemm_samples["gradus"].append(res["gflops"])
+            time.sleep(0.2)
+            gemm_samples["pytorch"].append(worker.ask({"gemm": args.gemm, "steps": 20})["gflops"])
         for run in runs:
             model, batch = run
             order = ["gradus", "pytorch"] if r % 2 == 0 else ["pytorch", "gradus"]
@@ -324,11 +337,11 @@ def main():
 
     gemm = None
     if args.gemm > 0:
-        res = run_gradus(binary, ["--gemm", args.gemm, "--steps", 10, "--repeats", 3,
-                                  "--threads", args.threads, "--device", args.device])
-        torch_gemm = worker.ask({"gemm": args.gemm, "steps": 30})
-        gemm = {"n": args.gemm, "gradus_gflops": res.get("gflops"),
-                "gradus_error": res.get("error"), "pytorch_gflops": torch_gemm["gflops"]}
+        gemm = {"n": args.gemm, "gradus_gflops": median_or_none(gemm_samples["gradus"]),
+                "gradus_error": gemm_samples["errors"][0] if gemm_samples["errors"] else None,
+                "pytorch_gflops": median_or_none(gemm_samples["pytorch"]),
+                "gradus_runs_gflops": gemm_samples["gradus"],
+                "pytorch_runs_gflops": gemm_samples["pytorch"]}
     info = machine_info(args, binary, worker.hello)
     info["openblas_core"] = core
     info["warning"] = warning
@@ -380,7 +393,7 @@ def main():
         for err in sorted(set(row["errors"])):
             print(f"    gradus error: {err}")
     if gemm:
-        print(f"\nSGEMM {gemm['n']}x{gemm['n']}: gradus (OpenBLAS) "
+        print(f"\nSGEMM {gemm['n']}x{gemm['n']} (medians of {args.repeats}): gradus (OpenBLAS) "
               f"{fmt(gemm['gradus_gflops'], '.1f')} GFLOP/s, PyTorch "
               f"{fmt(gemm['pytorch_gflops'], '.1f')} GFLOP/s")
         if gemm["gradus_error"]:

@@ -167,11 +167,14 @@ int run_bench(const BenchOptions& o) {
       time_training_step(name, o.batch_size, device, o.warmup, o.steps, o.repeats);
   const nn::Module& model = *timing.model;
   const double ms = timing.median_ms;
-  // MLPs are all GEMM: forward, backward-data and backward-weight are 2*B*in*out flops each per
-  // Linear, so the step's GEMM rate can be set against `gradus bench --gemm N`.
-  double linear_weights = 0;
+  // MLPs are all GEMM: per Linear, forward, backward-data and backward-weight are 2*B*in*out
+  // flops each, except that the first layer's input needs no gradient. The step's GEMM rate can
+  // then be set against `gradus bench --gemm N`.
+  double linear_weights = 0, first_layer = -1;
   for (const Tensor& p : model.parameters()) {
-    if (p.dim() == 2) linear_weights += static_cast<double>(p.numel());
+    if (p.dim() != 2) continue;
+    linear_weights += static_cast<double>(p.numel());
+    if (first_layer < 0) first_layer = static_cast<double>(p.numel());
   }
   nlohmann::ordered_json out = {{"benchmark", "train_step"},
                                 {"model", o.model},
@@ -188,8 +191,8 @@ int run_bench(const BenchOptions& o) {
                                 {"repeats", o.repeats},
                                 {"final_loss", timing.last_loss}};
   if (o.model != "cnn") {
-    out["linear_gflops"] =
-        6.0 * static_cast<double>(o.batch_size) * linear_weights / (ms * 1e-3) / 1e9;
+    out["linear_gflops"] = 2.0 * static_cast<double>(o.batch_size) *
+                           (3.0 * linear_weights - first_layer) / (ms * 1e-3) / 1e9;
   }
   std::printf("%s\n", out.dump().c_str());
   return 0;

@@ -6,6 +6,7 @@
 #include "gradus/core/device.h"
 #include "gradus/core/dtype.h"
 #include "gradus/core/error.h"
+#include "gradus/core/host_memory.h"
 #include "gradus/core/random.h"
 #include "gradus/core/shape.h"
 #include "gradus/core/tensor.h"

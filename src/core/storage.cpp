@@ -1,31 +1,12 @@
 #include "gradus/core/storage.h"
 
-#include <cstdlib>
-#include <new>
-
 #include "gradus/core/error.h"
 
 namespace gradus {
 namespace {
 
-// 64-byte aligned host memory, so vector loops and BLAS see aligned rows.
-class CpuAllocator final : public Allocator {
- public:
-  void* allocate(size_t nbytes, int) override {
-    if (nbytes == 0) return nullptr;
-    const size_t rounded = (nbytes + 63) & ~size_t{63};
-    void* p = std::aligned_alloc(64, rounded);
-    if (p == nullptr) {
-      throw OutOfMemoryError(detail::str_cat("cpu: failed to allocate ", nbytes,
-                                             " bytes of host memory (hint: use a smaller batch)"));
-    }
-    return p;
-  }
-  void deallocate(void* ptr, size_t, int) override { std::free(ptr); }
-};
-
-CpuAllocator g_cpu_allocator;
-Allocator* g_allocators[2] = {&g_cpu_allocator, nullptr};
+// CPU slot null = the caching host allocator (src/core/host_allocator.cpp).
+Allocator* g_allocators[2] = {nullptr, nullptr};
 
 }  // namespace
 
@@ -35,6 +16,7 @@ void register_allocator(DeviceType type, Allocator* allocator) {
 
 Allocator* allocator_for(DeviceType type) {
   Allocator* a = g_allocators[static_cast<int>(type)];
+  if (a == nullptr && type == DeviceType::CPU) return default_host_allocator();
   GRADUS_CHECK(a != nullptr, DeviceError, "no allocator for device type ",
                type == DeviceType::CUDA ? "cuda" : "cpu",
                ": this build of gradus has no CUDA backend (configure with GRADUS_USE_CUDA=ON)");

@@ -18,7 +18,10 @@ class Allocator {
   virtual void deallocate(void* ptr, size_t nbytes, int device_index) = 0;
 };
 
+// Replaces the allocator for a device type (tests install poisoning allocators this way).
 void register_allocator(DeviceType type, Allocator* allocator);
+// The built-in CPU allocator (aligned, with the block cache of gradus/core/host_memory.h).
+Allocator* default_host_allocator();
 Allocator* allocator_for(DeviceType type);  // throws DeviceError if the device type is not built
 
 class StorageImpl {

@@ -1,0 +1,31 @@
+// Host (CPU) memory: gradus keeps freed large blocks for reuse instead of handing them back to
+// the C library at once. A training step allocates the same activation and gradient sizes every
+// step; glibc serves blocks of this size with mmap/munmap (or trims its heap), so without the
+// cache every step pays page faults, page zeroing and TLB shoot-downs on fresh memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gradus::host {
+
+struct CacheStats {
+  size_t cached_bytes = 0;  // held in the cache now (freed by tensors, not returned)
+  size_t limit_bytes = 0;   // the cache never holds more than this; 0 = caching off
+  uint64_t hits = 0;        // allocations served from the cache
+  uint64_t misses = 0;      // cacheable allocations that went to the C library
+};
+
+// Blocks of at least this many bytes are cached; smaller ones go straight to the C library,
+// whose small-block free lists are already fast.
+inline constexpr size_t kMinCachedBlock = size_t{64} << 10;
+
+CacheStats cache_stats();
+// Returns every cached block to the C library.
+void empty_cache();
+// Caps what the cache may hold (0 turns caching off and empties it). The default is 2 GiB, or
+// GRADUS_HOST_CACHE_MB from the environment; it is 0 in AddressSanitizer builds, so that ASan
+// sees every free.
+void set_cache_limit(size_t bytes);
+
+}  // namespace gradus::host

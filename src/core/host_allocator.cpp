@@ -1,0 +1,147 @@
+// The default CPU allocator: 64-byte aligned blocks (so vector loops and BLAS see aligned rows),
+// with freed blocks of kMinCachedBlock bytes or more kept in per-size free lists up to a limit
+// (see gradus/core/host_memory.h for why).
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "gradus/core/error.h"
+#include "gradus/core/host_memory.h"
+#include "gradus/core/storage.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define GRADUS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GRADUS_ASAN 1
+#endif
+#endif
+
+namespace gradus {
+namespace {
+
+constexpr size_t kPage = 4096;
+
+size_t default_limit() {
+#ifdef GRADUS_ASAN
+  return 0;
+#else
+  if (const char* env = std::getenv("GRADUS_HOST_CACHE_MB")) {
+    char* end = nullptr;
+    const unsigned long long mb = std::strtoull(env, &end, 10);
+    if (end != env && *end == '\0') return static_cast<size_t>(mb) << 20;
+  }
+  return size_t{2} << 30;
+#endif
+}
+
+class CachingHostAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes, int) override {
+    if (nbytes == 0) return nullptr;
+    const size_t size = block_size(nbytes);
+    if (size >= host::kMinCachedBlock) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(size);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_ -= size;
+        ++hits_;
+        return p;
+      }
+      ++misses_;
+    }
+    void* p = std::aligned_alloc(64, size);
+    if (p == nullptr) {
+      empty();  // the cache may hold what this allocation needs
+      p = std::aligned_alloc(64, size);
+    }
+    if (p == nullptr) {
+      throw OutOfMemoryError(detail::str_cat("cpu: failed to allocate ", nbytes,
+                                             " bytes of host memory (hint: use a smaller batch)"));
+    }
+    return p;
+  }
+
+  void deallocate(void* ptr, size_t nbytes, int) override {
+    if (ptr == nullptr) return;
+    const size_t size = block_size(nbytes);
+    if (size >= host::kMinCachedBlock) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cached_ + size <= limit_) {
+        free_[size].push_back(ptr);
+        cached_ += size;
+        return;
+      }
+    }
+    std::free(ptr);
+  }
+
+  host::CacheStats stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {cached_, limit_, hits_, misses_};
+  }
+
+  void empty() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_all();
+  }
+
+  void set_limit(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    limit_ = bytes;
+    if (cached_ > limit_) release_all();
+  }
+
+ private:
+  // Sizes the C library is asked for: whole 64-byte lines, and whole pages for cached blocks
+  // (so that tensors of slightly different sizes share a free list).
+  static size_t block_size(size_t nbytes) {
+    const size_t lines = (nbytes + 63) & ~size_t{63};
+    return lines >= host::kMinCachedBlock ? (lines + kPage - 1) & ~(kPage - 1) : lines;
+  }
+
+  void release_all() {
+    for (auto& [size, blocks] : free_) {
+      for (void* p : blocks) std::free(p);
+    }
+    free_.clear();
+    cached_ = 0;
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;
+  size_t limit_ = default_limit();
+  uint64_t hits_ = 0, misses_ = 0;
+};
+
+// Never destroyed: tensors in static storage are freed after static destructors have run.
+CachingHostAllocator& host_allocator() {
+  static auto* allocator = new CachingHostAllocator();
+  return *allocator;
+}
+
+}  // namespace
+
+Allocator* default_host_allocator() {
+  return &host_allocator();
+}
+
+namespace host {
+
+CacheStats cache_stats() {
+  return host_allocator().stats();
+}
+void empty_cache() {
+  host_allocator().empty();
+}
+void set_cache_limit(size_t bytes) {
+  host_allocator().set_limit(bytes);
+}
+
+}  // namespace host
+}  // namespace gradus
