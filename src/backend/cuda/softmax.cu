@@ -108,8 +108,12 @@ __global__ void __launch_bounds__(kRowBlock)
   if (!valid) return;
   T* yr = y + row * cols;
   if (log) {
-    const C shift = st.m + m_log(st.s);
-    for (int64_t c = r.first; c < cols; c += r.step) yr[c] = convert<T>(load(xr + c) - shift);
+    // (x - max) - log(sum), not x - (max + log(sum)): the latter rounds the sum to the precision
+    // of max first and loses the low bits of log(sum) at large logits (same as the CPU backend).
+    const C log_sum = m_log(st.s);
+    for (int64_t c = r.first; c < cols; c += r.step) {
+      yr[c] = convert<T>((load(xr + c) - st.m) - log_sum);
+    }
   } else {
     const C inv = C(1) / st.s;
     for (int64_t c = r.first; c < cols; c += r.step) {
