@@ -68,8 +68,10 @@ def worker_main(args):
         req = json.loads(line)
         if req.get("gemm"):
             n = req["gemm"]
-            a = torch.randn(n, n, device=device)
-            b = torch.randn(n, n, device=device)
+            dtype = {"f32": torch.float32, "bf16": torch.bfloat16,
+                     "f16": torch.float16}[req.get("dtype", "f32")]
+            a = torch.randn(n, n, device=device).to(dtype)
+            b = torch.randn(n, n, device=device).to(dtype)
             c = a @ b
             times = []
             for _ in range(req["steps"]):
@@ -263,7 +265,9 @@ def main():
     p.add_argument("--steps", type=int, default=200, help="timed steps per run")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps per run")
     p.add_argument("--repeats", type=int, default=5, help="alternating runs of each framework")
-    p.add_argument("--gemm", type=int, default=1024, help="SGEMM size N (0: skip)")
+    p.add_argument("--gemm", type=int, default=1024, help="GEMM size N (0: skip)")
+    p.add_argument("--gemm-dtype", choices=["f32", "bf16", "f16"], default="f32",
+                   help="dtype of the GEMM operands")
     p.add_argument("--adam", choices=["default", "foreach", "fused"], default="default",
                    help="PyTorch Adam implementation (default: what PyTorch picks)")
     p.add_argument("--openblas-coretype", metavar="NAME",
@@ -276,7 +280,7 @@ def main():
         return worker_main(args)
 
     runs = []
-    for item in args.runs.split(","):
+    for item in filter(None, args.runs.split(",")):  # --runs "": the GEMM comparison alone
         model, _, batch = item.strip().partition("@")
         if model not in MODELS or not batch.isdigit():
             sys.exit(f"compare_pytorch.py: bad run '{item}' (expected model@batch, models: "
@@ -303,14 +307,16 @@ def main():
             # The SGEMM rate the MLPs' GEMM work is set against, measured in every repeat (one
             # measurement swings with the machine's state).
             time.sleep(0.2)
-            res = run_gradus(binary, ["--gemm", args.gemm, "--steps", 20, "--threads",
-                                      args.threads, "--device", args.device])
+            res = run_gradus(binary, ["--gemm", args.gemm, "--gemm-dtype", args.gemm_dtype,
+                                      "--steps", 20, "--threads", args.threads,
+                                      "--device", args.device])
             if "error" in res:
                 gemm_samples["errors"].append(res["error"])
             else:
                 gemm_samples["gradus"].append(res["gflops"])
             time.sleep(0.2)
-            gemm_samples["pytorch"].append(worker.ask({"gemm": args.gemm, "steps": 20})["gflops"])
+            gemm_samples["pytorch"].append(
+                worker.ask({"gemm": args.gemm, "dtype": args.gemm_dtype, "steps": 20})["gflops"])
         for run in runs:
             model, batch = run
             order = ["gradus", "pytorch"] if r % 2 == 0 else ["pytorch", "gradus"]
@@ -393,9 +399,12 @@ def main():
         for err in sorted(set(row["errors"])):
             print(f"    gradus error: {err}")
     if gemm:
-        print(f"\nSGEMM {gemm['n']}x{gemm['n']} (medians of {args.repeats}): gradus (OpenBLAS) "
+        print(f"\nGEMM {gemm['n']}^3 {args.gemm_dtype} (medians of {args.repeats}): gradus "
               f"{fmt(gemm['gradus_gflops'], '.1f')} GFLOP/s, PyTorch "
               f"{fmt(gemm['pytorch_gflops'], '.1f')} GFLOP/s")
+        if gemm["gradus_gflops"] and gemm["pytorch_gflops"]:
+            print(f"    time ratio gradus/PyTorch: "
+                  f"{gemm['pytorch_gflops'] / gemm['gradus_gflops']:.3f}")
         if gemm["gradus_error"]:
             print(f"    gradus --gemm error: {gemm['gradus_error']}")
     for row in results:

@@ -5,11 +5,16 @@ find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 
 # OpenBLAS, the OpenMP build, so its threads and gradus's share one OpenMP pool.
+# GRADUS_DEPS_ROOT: a directory the Debian packages were unpacked into (`dpkg -x`), searched first;
+# scripts/gpu_check.sh builds this way on machines where nothing can be installed.
+set(GRADUS_DEPS_ROOT "" CACHE PATH "Root of unpacked Debian packages to search first (optional)")
 find_path(GRADUS_OPENBLAS_INCLUDE_DIR cblas.h
+  HINTS ${GRADUS_DEPS_ROOT}/usr/include/x86_64-linux-gnu/openblas-openmp
   PATHS /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/aarch64-linux-gnu/openblas-openmp
         /usr/include/openblas /usr/include
   NO_DEFAULT_PATH)
 find_library(GRADUS_OPENBLAS_LIBRARY NAMES openblas
+  HINTS ${GRADUS_DEPS_ROOT}/usr/lib/x86_64-linux-gnu/openblas-openmp
   PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp)
 if(NOT GRADUS_OPENBLAS_INCLUDE_DIR OR NOT GRADUS_OPENBLAS_LIBRARY)
   message(FATAL_ERROR "OpenBLAS not found: install Debian's libopenblas-openmp-dev")

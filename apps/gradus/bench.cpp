@@ -47,8 +47,9 @@ void sync(const Tensor& t) {
 
 int bench_gemm(const BenchOptions& o, Device device) {
   const int64_t n = o.gemm;
-  const Tensor a = randn({n, n}, {DType::f32, device});
-  const Tensor b = randn({n, n}, {DType::f32, device});
+  const DType dtype = dtype_from_name(o.gemm_dtype);
+  const Tensor a = randn({n, n}, {DType::f32, device}).to(dtype);
+  const Tensor b = randn({n, n}, {DType::f32, device}).to(dtype);
   NoGradGuard no_grad;
   Tensor c;
   for (int i = 0; i < std::max(o.warmup, 1); ++i) c = matmul(a, b);
@@ -64,13 +65,10 @@ int bench_gemm(const BenchOptions& o, Device device) {
   }
   const double ms = median(times);
   const double gflops = 2.0 * static_cast<double>(n) * n * n / (ms * 1e-3) / 1e9;
-  const nlohmann::ordered_json out = {{"benchmark", "sgemm"},
-                                      {"n", n},
-                                      {"threads", get_num_threads()},
-                                      {"device", device.str()},
-                                      {"ms", ms},
-                                      {"gflops", gflops},
-                                      {"steps", o.steps},
+  const nlohmann::ordered_json out = {{"benchmark", "gemm"},        {"n", n},
+                                      {"dtype", dtype_name(dtype)}, {"threads", get_num_threads()},
+                                      {"device", device.str()},     {"ms", ms},
+                                      {"gflops", gflops},           {"steps", o.steps},
                                       {"repeats", o.repeats}};
   std::printf("%s\n", out.dump().c_str());
   return 0;

@@ -63,7 +63,8 @@ struct BenchOptions {
   int repeats = 1;
   int threads = 0;
   std::string device = "auto";
-  int64_t gemm = 0;  // > 0: time an NxN SGEMM instead of a model
+  int64_t gemm = 0;  // > 0: time an NxN GEMM instead of a model
+  std::string gemm_dtype = "f32";
   uint64_t seed = 0;
   bool compare_devices = false;  // the three bench models on the CPU and every GPU, as a table
 };

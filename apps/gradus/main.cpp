@@ -160,8 +160,11 @@ void add_bench(CLI::App& app, BenchOptions& o) {
   c->add_option("--device", o.device, "auto, cpu, cuda or cuda:N")
       ->check(kDevice)
       ->capture_default_str();
-  c->add_option("--gemm", o.gemm, "Instead of a model, time an NxN float32 matmul (GFLOP/s)")
+  c->add_option("--gemm", o.gemm, "Instead of a model, time an NxN matmul (GFLOP/s)")
       ->check(CLI::PositiveNumber);
+  c->add_option("--gemm-dtype", o.gemm_dtype, "dtype of the --gemm operands: f32, bf16 or f16")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+      ->capture_default_str();
   c->add_option("--seed", o.seed, "Seed of the random inputs")->capture_default_str();
   c->add_flag("--compare-devices", o.compare_devices,
               "Time mlp@100, mlp-large@256 and cnn@64 on the CPU and on every GPU (a table)");
