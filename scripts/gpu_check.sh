@@ -104,7 +104,9 @@ if compgen -G "$DEBS/*.deb" >/dev/null; then
     cp -P "$arch_lib"/libgfortran.so.5* "$arch_lib"/libquadmath.so.0* "$DEPS_ROOT/runtime/"
     touch "$DEPS_ROOT/.unpacked"
   fi
-  CMAKE_DEPS=(-DGRADUS_DEPS_ROOT="$DEPS_ROOT" -DCMAKE_PREFIX_PATH="$DEPS_ROOT/usr")
+  CMAKE_DEPS=(-DGRADUS_DEPS_ROOT="$DEPS_ROOT")
+  # (as an environment variable so the install test's consumer project finds them too)
+  export CMAKE_PREFIX_PATH="$DEPS_ROOT/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
   LIBS="$LIBS:$DEPS_ROOT/usr/lib/x86_64-linux-gnu/openblas-openmp:$DEPS_ROOT/runtime"
   [ -d "$DEPS_ROOT$DATA_DIR" ] && DATA_DIR=$DEPS_ROOT$DATA_DIR
   echo "dependencies: unpacked from $DEBS into $DEPS_ROOT" >>"$OUT/env.txt"
