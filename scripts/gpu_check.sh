@@ -185,6 +185,7 @@ if run_part bench && [ -x "$GRADUS" ]; then
     # (The metrics go to /tmp and are appended to train.log: the device tool returns at most
     # eight files.)
     for model in mlp cnn; do
+      rm -f "/tmp/gradus-train-$model.jsonl"
       stage "train $model" 150 "$OUT/train.log" -- "$GRADUS" train --model "$model" --epochs 10 \
         --device cuda --data-dir "$DATA_DIR" --metrics "/tmp/gradus-train-$model.jsonl"
       { echo "=== metrics ($model)"; cat "/tmp/gradus-train-$model.jsonl"; } >>"$OUT/train.log" 2>&1
