@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "gradus/core/device.h"
 #include "gradus/core/error.h"
+#include "gradus/core/host_memory.h"
 #include "gradus/core/threads.h"
 
 namespace gradus::cli {
@@ -36,6 +37,8 @@ int run_info() {
   std::printf("build: %s, %s, CUDA backend %s\n", GRADUS_BUILD_TYPE, GRADUS_CXX_COMPILER,
               GRADUS_BUILD_CUDA ? "on" : "off");
   std::printf("threads: %d (OpenMP, %d processors)\n", get_num_threads(), omp_get_num_procs());
+  std::printf("host memory cache: up to %zu MiB of freed blocks (GRADUS_HOST_CACHE_MB)\n",
+              host::cache_stats().limit_bytes >> 20);
   const char* config = openblas_get_config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH ..."
   const char* core = openblas_get_corename();  // the kernel set chosen at run time
   std::printf("BLAS: %s, core %s, %d threads\n", config ? config : "OpenBLAS (unknown)",

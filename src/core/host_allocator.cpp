@@ -1,6 +1,7 @@
 // The default CPU allocator: 64-byte aligned blocks (so vector loops and BLAS see aligned rows),
 // with freed blocks of kMinCachedBlock bytes or more kept in per-size free lists up to a limit
 // (see gradus/core/host_memory.h for why).
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -24,15 +25,20 @@ namespace {
 
 constexpr size_t kPage = 4096;
 
+// GRADUS_HOST_CACHE_MB, else 2 GiB (0 under AddressSanitizer, so that ASan sees every free).
 size_t default_limit() {
-#ifdef GRADUS_ASAN
-  return 0;
-#else
   if (const char* env = std::getenv("GRADUS_HOST_CACHE_MB")) {
     char* end = nullptr;
     const unsigned long long mb = std::strtoull(env, &end, 10);
-    if (end != env && *end == '\0') return static_cast<size_t>(mb) << 20;
+    if (end != env && *end == '\0' && env[0] != '-') return static_cast<size_t>(mb) << 20;
+    std::fprintf(stderr,
+                 "gradus: ignoring GRADUS_HOST_CACHE_MB='%s' (expected a whole number of MiB, "
+                 "0 to turn the host memory cache off)\n",
+                 env);
   }
+#ifdef GRADUS_ASAN
+  return 0;
+#else
   return size_t{2} << 30;
 #endif
 }

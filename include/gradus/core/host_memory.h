@@ -23,9 +23,9 @@ inline constexpr size_t kMinCachedBlock = size_t{64} << 10;
 CacheStats cache_stats();
 // Returns every cached block to the C library.
 void empty_cache();
-// Caps what the cache may hold (0 turns caching off and empties it). The default is 2 GiB, or
-// GRADUS_HOST_CACHE_MB from the environment; it is 0 in AddressSanitizer builds, so that ASan
-// sees every free.
+// Caps what the cache may hold (0 turns caching off and empties it). The default is
+// GRADUS_HOST_CACHE_MB from the environment, else 2 GiB (0 in AddressSanitizer builds, so that
+// ASan sees every free).
 void set_cache_limit(size_t bytes);
 
 }  // namespace gradus::host
