@@ -34,8 +34,8 @@ Shape contiguous_strides(const Shape& shape) {
     strides[i] = s;
     // A shape with a zero dim has no elements, but its other dims still give strides; a file
     // (IDX, safetensors) can declare e.g. [0, 2^31, 2^31, 2^31]: refuse rather than overflow.
-    GRADUS_CHECK(!__builtin_mul_overflow(s, shape[i] > 0 ? shape[i] : 1, &s), ShapeError,
-                 "shape ", shape_str(shape), " is too large: its strides overflow int64");
+    GRADUS_CHECK(!__builtin_mul_overflow(s, shape[i] > 0 ? shape[i] : 1, &s), ShapeError, "shape ",
+                 shape_str(shape), " is too large: its strides overflow int64");
   }
   return strides;
 }

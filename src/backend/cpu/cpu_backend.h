@@ -87,8 +87,7 @@ class CpuBackend final : public Backend {
   void index_add_rows(const Tensor& grad_out, const Tensor& index,
                       const Tensor& grad_table) override;
   void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override;
-  void scatter_add(const Tensor& out, int64_t dim, const Tensor& index,
-                   const Tensor& src) override;
+  void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override;
 
   // random.cpp
   void uniform(const Tensor& out, PhiloxState state, double lo, double hi) override;
