@@ -19,6 +19,7 @@
 #include "backend/cuda/conv_im2col.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/runtime.h"
+#include "backend/cuda/staging.h"
 
 namespace gradus::backend::cuda {
 namespace {
@@ -234,26 +235,6 @@ Problem make_problem(const Tensor& x, const Tensor& w, const Tensor& y, const Co
 
 #endif  // GRADUS_HAS_CUDNN
 
-// Contiguous view of t in `dtype` (t itself when it already is one).
-Tensor packed(CudaBackend& be, const Tensor& t, DType dtype) {
-  if (t.is_contiguous() && t.dtype() == dtype) return t;
-  Tensor c = empty(t.sizes(), {dtype, t.device()});
-  be.copy(t, c);
-  return c;
-}
-
-// Runs fn(target) with target = out when it is contiguous, else a temporary copied back.
-template <typename F>
-void into(CudaBackend& be, const Tensor& out, F&& fn) {
-  if (out.is_contiguous()) {
-    fn(out);
-    return;
-  }
-  Tensor tmp = empty(out.sizes(), {out.dtype(), out.device()});
-  fn(tmp);
-  be.copy(tmp, out);
-}
-
 #if GRADUS_HAS_CUDNN
 struct Scale {
   double d1 = 1.0, d0 = 0.0;
@@ -273,8 +254,8 @@ void CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b
   if (x_in.numel() == 0 || w_in.numel() == 0) {  // an empty sum: the output is the bias
     fill(out, 0.0);
   } else {
-    const Tensor x = packed(*this, x_in, t), w = packed(*this, w_in, t);
-    into(*this, out, [&](const Tensor& y) {
+    const Tensor x = contiguous_as(*this, x_in, t), w = contiguous_as(*this, w_in, t);
+    into_contiguous(*this, out, [&](const Tensor& y) {
 #if GRADUS_HAS_CUDNN
       if (use_cudnn()) {
         const Problem p = make_problem(x, w, y, args);
@@ -312,8 +293,8 @@ void CudaBackend::conv2d_backward_data(const Tensor& grad_out, const Tensor& w_i
     fill(grad_x, 0.0);
     return;
   }
-  const Tensor gy = packed(*this, grad_out, t), w = packed(*this, w_in, t);
-  into(*this, grad_x, [&](const Tensor& gx) {
+  const Tensor gy = contiguous_as(*this, grad_out, t), w = contiguous_as(*this, w_in, t);
+  into_contiguous(*this, grad_x, [&](const Tensor& gx) {
 #if GRADUS_HAS_CUDNN
     if (use_cudnn()) {
       const Problem p = make_problem(gx, w, gy, args);
@@ -347,8 +328,8 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x
     if (empty_sum) {
       fill(grad_w, 0.0);
     } else {
-      const Tensor gy = packed(*this, grad_out, t), x = packed(*this, x_in, t);
-      into(*this, grad_w, [&](const Tensor& gw) {
+      const Tensor gy = contiguous_as(*this, grad_out, t), x = contiguous_as(*this, x_in, t);
+      into_contiguous(*this, grad_w, [&](const Tensor& gw) {
 #if GRADUS_HAS_CUDNN
         if (use_cudnn()) {
           const Problem p = make_problem(x, gw, gy, args);

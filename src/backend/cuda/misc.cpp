@@ -4,28 +4,10 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/iter.h"
 #include "backend/cuda/runtime.h"
+#include "backend/cuda/staging.h"
 
 namespace gradus::backend::cuda {
 namespace {
-
-Tensor contiguous_in(CudaBackend& be, const Tensor& t, DType dtype) {
-  if (t.is_contiguous() && t.dtype() == dtype) return t;
-  Tensor c = empty(t.sizes(), {dtype, t.device()});
-  be.copy(t, c);
-  return c;
-}
-
-// Runs fn(contiguous target) on `out` directly or through a contiguous temporary.
-template <typename F>
-void into_contiguous(CudaBackend& be, const Tensor& out, F&& fn) {
-  if (out.is_contiguous()) {
-    fn(out);
-    return;
-  }
-  Tensor tmp = empty(out.sizes(), {out.dtype(), out.device()});
-  fn(tmp);
-  be.copy(tmp, out);
-}
 
 // A view of t with the index's shape and t's strides, the stride along `dim` zeroed (the kernel
 // adds index * stride(dim) itself).
@@ -42,8 +24,8 @@ void CudaBackend::index_select_rows(const Tensor& table, const Tensor& index, co
   const int64_t n = index.numel();
   if (n == 0 || out.numel() == 0) return;
   DeviceGuard guard(out);
-  const Tensor tc = contiguous_in(*this, table, out.dtype());
-  const Tensor ic = contiguous_in(*this, index, DType::i64);
+  const Tensor tc = contiguous_as(*this, table, out.dtype());
+  const Tensor ic = contiguous_as(*this, index, DType::i64);
   const int64_t row_bytes =
       (tc.dim() > 1 ? tc.numel() / tc.size(0) : 1) * static_cast<int64_t>(tc.element_size());
   into_contiguous(*this, out, [&](const Tensor& o) {
@@ -58,8 +40,8 @@ void CudaBackend::index_add_rows(const Tensor& grad_out, const Tensor& index,
   if (n == 0 || grad_table.numel() == 0) return;
   DeviceGuard guard(grad_table);
   const int64_t width = grad_table.dim() > 1 ? grad_table.numel() / grad_table.size(0) : 1;
-  const Tensor gc = contiguous_in(*this, grad_out, grad_table.dtype());
-  const Tensor ic = contiguous_in(*this, index, DType::i64);
+  const Tensor gc = contiguous_as(*this, grad_out, grad_table.dtype());
+  const Tensor ic = contiguous_as(*this, index, DType::i64);
   GRADUS_CHECK(grad_table.is_contiguous(), ValueError,
                "index_add_rows: cuda expects a contiguous gradient table");
   launch_index_add_rows(gc.raw_data(), static_cast<const int64_t*>(ic.raw_data()),
@@ -70,8 +52,8 @@ void CudaBackend::index_add_rows(const Tensor& grad_out, const Tensor& index,
 void CudaBackend::gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
   if (out.numel() == 0) return;
   DeviceGuard guard(out);
-  const Tensor ic = contiguous_in(*this, index, DType::i64);
-  const Tensor xs = x.dtype() == out.dtype() ? x : contiguous_in(*this, x, out.dtype());
+  const Tensor ic = contiguous_as(*this, index, DType::i64);
+  const Tensor xs = x.dtype() == out.dtype() ? x : contiguous_as(*this, x, out.dtype());
   const Tensor xv = indexed_view(xs, ic, dim);
   const int64_t dim_stride = xs.stride(dim);
   cudaStream_t stream = stream_of(out.device().index());
@@ -83,8 +65,8 @@ void CudaBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& inde
                               const Tensor& src) {
   if (index.numel() == 0) return;
   DeviceGuard guard(out);
-  const Tensor ic = contiguous_in(*this, index, DType::i64);
-  const Tensor sc = src.dtype() == out.dtype() ? src : contiguous_in(*this, src, out.dtype());
+  const Tensor ic = contiguous_as(*this, index, DType::i64);
+  const Tensor sc = src.dtype() == out.dtype() ? src : contiguous_as(*this, src, out.dtype());
   const Tensor ov = indexed_view(out, ic, dim);
   const Tensor sv = sc.as_strided_raw(ic.sizes(), sc.strides(), sc.offset());
   const int64_t dim_stride = out.stride(dim);
@@ -130,7 +112,7 @@ void CudaBackend::dropout(const Tensor& x, double p, PhiloxState state, const Te
                           const Tensor& mask) {
   if (out.numel() == 0) return;
   DeviceGuard guard(out);
-  const Tensor xc = contiguous_in(*this, x, out.dtype());
+  const Tensor xc = contiguous_as(*this, x, out.dtype());
   cudaStream_t stream = stream_of(out.device().index());
   into_contiguous(*this, out, [&](const Tensor& o) {
     into_contiguous(*this, mask, [&](const Tensor& m) {

@@ -6,21 +6,10 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
+#include "backend/cuda/staging.h"
 
 namespace gradus::backend::cuda {
 namespace {
-
-// A contiguous version of t in dtype (t itself when it already is one).
-Tensor in_c(CudaBackend& be, const Tensor& t, DType dtype) {
-  if (!t.defined()) return t;
-  if (t.is_contiguous() && t.dtype() == dtype) return t;
-  Tensor c = empty(t.sizes(), {dtype, t.device()});
-  be.copy(t, c);
-  return c;
-}
-Tensor in_c(CudaBackend& be, const Tensor& t) {
-  return t.defined() ? in_c(be, t, t.dtype()) : t;
-}
 
 // Contiguous outputs of a given dtype; copied back into the caller's tensors by finish().
 struct Outs {
@@ -50,6 +39,40 @@ DType dt(const Tensor& t, DType fallback) {
   return t.defined() ? t.dtype() : fallback;
 }
 
+// What layer_norm_backward and batch_norm_backward share: contiguous grad_out, x, weight and
+// saved statistics, contiguous gradient outputs (the parameter gradients in one dtype, pdt), and
+// the NormArgs describing them. The outputs are registered with `o`.
+struct NormBackward {
+  DType pdt;
+  Tensor grad, x, weight, mean, rstd, grad_x, grad_weight, grad_bias;
+  NormArgs args;
+};
+NormBackward stage_norm_backward(CudaBackend& be, Outs& o, const Tensor& grad_out, const Tensor& x,
+                                 const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                 const Tensor& grad_x, const Tensor& grad_weight,
+                                 const Tensor& grad_bias) {
+  NormBackward b;
+  const DType t = x.dtype();
+  b.pdt =
+      grad_weight.defined() ? grad_weight.dtype() : (grad_bias.defined() ? grad_bias.dtype() : t);
+  b.grad = contiguous_as(be, grad_out, t);
+  b.x = contiguous_as(be, x);
+  b.weight = contiguous_as(be, weight);
+  b.mean = contiguous_as(be, mean);
+  b.rstd = contiguous_as(be, rstd, mean.dtype());
+  b.grad_x = o.get(grad_x, t);
+  b.grad_weight = o.get(grad_weight, b.pdt);
+  b.grad_bias = o.get(grad_bias, b.pdt);
+  b.args.dtype = t;
+  b.args.x = b.x.raw_data();
+  b.args.weight = ptr(b.weight);
+  b.args.weight_dtype = dt(b.weight, t);
+  b.args.mean = b.mean.raw_data();
+  b.args.rstd = b.rstd.raw_data();
+  b.args.stat_dtype = mean.dtype();
+  return b;
+}
+
 int64_t last_dim(const Tensor& t) {
   return t.dim() == 0 ? 1 : t.size(t.dim() - 1);
 }
@@ -72,7 +95,7 @@ void CudaBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
   if (x.numel() == 0) return;
   DeviceGuard guard(out);
   Outs o{*this, {}};
-  const Tensor xc = in_c(*this, x, out.dtype()), oc = o.get(out);
+  const Tensor xc = contiguous_as(*this, x, out.dtype()), oc = o.get(out);
   const int64_t cols = last_dim(x), rows = x.numel() / cols;
   launch_softmax(xc.raw_data(), oc.raw_data(), oc.dtype(), rows, cols, log,
                  stream_of(out.device().index()));
@@ -85,7 +108,8 @@ void CudaBackend::softmax_backward(const Tensor& grad_out, const Tensor& y, cons
   DeviceGuard guard(grad_in);
   Outs o{*this, {}};
   const DType t = grad_in.dtype();
-  const Tensor gc = in_c(*this, grad_out, t), yc = in_c(*this, y, t), oc = o.get(grad_in);
+  const Tensor gc = contiguous_as(*this, grad_out, t), yc = contiguous_as(*this, y, t),
+               oc = o.get(grad_in);
   const int64_t cols = last_dim(y), rows = y.numel() / cols;
   launch_softmax_backward(gc.raw_data(), yc.raw_data(), oc.raw_data(), t, rows, cols, log,
                           stream_of(grad_in.device().index()));
@@ -103,7 +127,7 @@ struct CeSetup {
 CeSetup ce_setup(CudaBackend& be, const Tensor& logits, const Tensor& target, const Tensor& weight,
                  int64_t ignore_index, double label_smoothing) {
   CeSetup s;
-  s.logits = in_c(be, logits);
+  s.logits = contiguous_as(be, logits);
   s.a.logits = s.logits.raw_data();
   s.a.dtype = s.logits.dtype();
   s.a.n = logits.size(0);
@@ -114,7 +138,7 @@ CeSetup ce_setup(CudaBackend& be, const Tensor& logits, const Tensor& target, co
   s.a.ignore_index = ignore_index;
   s.a.label_smoothing = label_smoothing;
   if (weight.defined()) {
-    s.weight = in_c(be, weight);
+    s.weight = contiguous_as(be, weight);
     s.a.weight = s.weight.raw_data();
     s.a.weight_dtype = s.weight.dtype();
     if (label_smoothing != 0.0) {  // backward needs sum_c w_c, kept on the device
@@ -159,9 +183,9 @@ void CudaBackend::cross_entropy_backward(const Tensor& grad_loss, const Tensor& 
   // grad_loss may be broadcast (stride 0); other layouts are made contiguous.
   Tensor g = grad_loss;
   const bool strided_ok = g.dtype() == ldt && (g.dim() == 0 || g.dim() == 1);
-  if (!strided_ok) g = in_c(*this, grad_loss, ldt);
+  if (!strided_ok) g = contiguous_as(*this, grad_loss, ldt);
   const int64_t gstride = g.dim() == 0 ? 0 : g.stride(0);
-  const Tensor lc = in_c(*this, lse);
+  const Tensor lc = contiguous_as(*this, lse);
   Outs o{*this, {}};
   const Tensor gx = o.get(grad_logits, s.a.dtype);
   launch_cross_entropy_backward(s.a, g.raw_data(), gstride, lc.raw_data(), ldt, gx.raw_data(),
@@ -177,7 +201,8 @@ void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor
   DeviceGuard guard(x);
   const int64_t cols = x.numel() / rows;
   Outs o{*this, {}};
-  const Tensor xc = in_c(*this, x), wc = in_c(*this, weight), bc = in_c(*this, bias);
+  const Tensor xc = contiguous_as(*this, x), wc = contiguous_as(*this, weight),
+               bc = contiguous_as(*this, bias);
   const Tensor oc = o.get(out, x.dtype()), mc = o.get(mean), rc = o.get(rstd, mean.dtype());
   NormArgs a;
   a.dtype = x.dtype();
@@ -207,26 +232,15 @@ void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, c
   DeviceGuard guard(x);
   const int device = x.device().index();
   const int64_t cols = x.numel() / rows;
-  const DType t = x.dtype();
-  const DType pdt =
-      grad_weight.defined() ? grad_weight.dtype() : (grad_bias.defined() ? grad_bias.dtype() : t);
   Outs o{*this, {}};
-  const Tensor gc = in_c(*this, grad_out, t), xc = in_c(*this, x), wc = in_c(*this, weight);
-  const Tensor mc = in_c(*this, mean), rc = in_c(*this, rstd, mean.dtype());
-  const Tensor gxc = o.get(grad_x, t), gwc = o.get(grad_weight, pdt), gbc = o.get(grad_bias, pdt);
-  NormArgs a;
-  a.dtype = t;
-  a.x = xc.raw_data();
-  a.weight = ptr(wc);
-  a.weight_dtype = dt(wc, t);
-  a.mean = mc.raw_data();
-  a.rstd = rc.raw_data();
-  a.stat_dtype = mean.dtype();
-  const size_t ws_bytes =
-      gwc.defined() || gbc.defined() ? layer_norm_backward_workspace_bytes(rows, cols) : 0;
+  const NormBackward b = stage_norm_backward(*this, o, grad_out, x, weight, mean, rstd, grad_x,
+                                             grad_weight, grad_bias);
+  const size_t ws_bytes = b.grad_weight.defined() || b.grad_bias.defined()
+                              ? layer_norm_backward_workspace_bytes(rows, cols)
+                              : 0;
   Workspace ws(ws_bytes, device, "layer_norm_backward");
-  launch_layer_norm_backward(a, gc.raw_data(), ptr(gxc), ptr(gwc), ptr(gbc), pdt, rows, cols,
-                             ws.data(), stream_of(device));
+  launch_layer_norm_backward(b.args, b.grad.raw_data(), ptr(b.grad_x), ptr(b.grad_weight),
+                             ptr(b.grad_bias), b.pdt, rows, cols, ws.data(), stream_of(device));
   o.finish();
 }
 
@@ -245,7 +259,8 @@ void CudaBackend::batch_norm(const Tensor& x, const Tensor& weight, const Tensor
                         ? running_mean.dtype()
                         : (running_var.defined() ? running_var.dtype() : DType::f32);
   Outs o{*this, {}};
-  const Tensor xc = in_c(*this, x), wc = in_c(*this, weight), bc = in_c(*this, bias);
+  const Tensor xc = contiguous_as(*this, x), wc = contiguous_as(*this, weight),
+               bc = contiguous_as(*this, bias);
   const Tensor oc = o.get(out, x.dtype());
   const Tensor rmc = o.get(running_mean, rdt, true), rvc = o.get(running_var, rdt, true);
   const DType sdt = save_mean.defined() ? save_mean.dtype() : DType::f32;
@@ -277,24 +292,12 @@ void CudaBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& x, c
   const int device = x.device().index();
   const int64_t n = x.dim() > 0 ? x.size(0) : 1, c = x.dim() > 1 ? x.size(1) : 1;
   const int64_t s = n * c > 0 ? x.numel() / (n * c) : 0;
-  const DType t = x.dtype();
-  const DType pdt =
-      grad_weight.defined() ? grad_weight.dtype() : (grad_bias.defined() ? grad_bias.dtype() : t);
   Outs o{*this, {}};
-  const Tensor gc = in_c(*this, grad_out, t), xc = in_c(*this, x), wc = in_c(*this, weight);
-  const Tensor mc = in_c(*this, save_mean), rc = in_c(*this, save_rstd, save_mean.dtype());
-  const Tensor gxc = o.get(grad_x, t), gwc = o.get(grad_weight, pdt), gbc = o.get(grad_bias, pdt);
-  NormArgs a;
-  a.dtype = t;
-  a.x = xc.raw_data();
-  a.weight = ptr(wc);
-  a.weight_dtype = dt(wc, t);
-  a.mean = mc.raw_data();
-  a.rstd = rc.raw_data();
-  a.stat_dtype = save_mean.dtype();
+  const NormBackward b = stage_norm_backward(*this, o, grad_out, x, weight, save_mean, save_rstd,
+                                             grad_x, grad_weight, grad_bias);
   Workspace ws(batch_norm_workspace_bytes(c), device, "batch_norm_backward");
-  launch_batch_norm_backward(a, gc.raw_data(), ptr(gxc), ptr(gwc), ptr(gbc), pdt, n, c, s,
-                             ws.data(), stream_of(device));
+  launch_batch_norm_backward(b.args, b.grad.raw_data(), ptr(b.grad_x), ptr(b.grad_weight),
+                             ptr(b.grad_bias), b.pdt, n, c, s, ws.data(), stream_of(device));
   o.finish();
 }
 
@@ -304,7 +307,8 @@ void CudaBackend::max_pool2d(const Tensor& x, const Tensor& out, const Tensor& i
   if (out.numel() == 0) return;
   DeviceGuard guard(out);
   Outs o{*this, {}};
-  const Tensor xc = in_c(*this, x, out.dtype()), oc = o.get(out), ic = o.get(indices, DType::i64);
+  const Tensor xc = contiguous_as(*this, x, out.dtype()), oc = o.get(out),
+               ic = o.get(indices, DType::i64);
   launch_max_pool2d(xc.raw_data(), oc.raw_data(), static_cast<int64_t*>(ic.raw_data()), out.dtype(),
                     pool_shape(x, out), args, stream_of(out.device().index()));
   o.finish();
@@ -315,7 +319,8 @@ void CudaBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indi
   if (grad_x.numel() == 0) return;
   DeviceGuard guard(grad_x);
   const DType t = grad_x.dtype();
-  const Tensor gc = in_c(*this, grad_out, t), ic = in_c(*this, indices, DType::i64);
+  const Tensor gc = contiguous_as(*this, grad_out, t),
+               ic = contiguous_as(*this, indices, DType::i64);
   // Scatter-add into float (double for f64) accumulators, then round once.
   const DType acc_dt = t == DType::f64 ? DType::f64 : DType::f32;
   const bool direct = grad_x.is_contiguous() && t == acc_dt;
@@ -331,7 +336,7 @@ void CudaBackend::avg_pool2d(const Tensor& x, const Tensor& out, const Pool2dArg
   if (out.numel() == 0) return;
   DeviceGuard guard(out);
   Outs o{*this, {}};
-  const Tensor xc = in_c(*this, x, out.dtype()), oc = o.get(out);
+  const Tensor xc = contiguous_as(*this, x, out.dtype()), oc = o.get(out);
   launch_avg_pool2d(xc.raw_data(), oc.raw_data(), out.dtype(), pool_shape(x, out), args,
                     stream_of(out.device().index()));
   o.finish();
@@ -342,7 +347,7 @@ void CudaBackend::avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad
   if (grad_x.numel() == 0) return;
   DeviceGuard guard(grad_x);
   Outs o{*this, {}};
-  const Tensor gc = in_c(*this, grad_out, grad_x.dtype()), oc = o.get(grad_x);
+  const Tensor gc = contiguous_as(*this, grad_out, grad_x.dtype()), oc = o.get(grad_x);
   launch_avg_pool2d_backward(gc.raw_data(), oc.raw_data(), grad_x.dtype(),
                              pool_shape(grad_x, grad_out), args,
                              stream_of(grad_x.device().index()));
@@ -353,7 +358,7 @@ void CudaBackend::adaptive_avg_pool2d(const Tensor& x, const Tensor& out) {
   if (out.numel() == 0) return;
   DeviceGuard guard(out);
   Outs o{*this, {}};
-  const Tensor xc = in_c(*this, x, out.dtype()), oc = o.get(out);
+  const Tensor xc = contiguous_as(*this, x, out.dtype()), oc = o.get(out);
   launch_adaptive_avg_pool2d(xc.raw_data(), oc.raw_data(), out.dtype(), pool_shape(x, out),
                              stream_of(out.device().index()));
   o.finish();
@@ -363,7 +368,7 @@ void CudaBackend::adaptive_avg_pool2d_backward(const Tensor& grad_out, const Ten
   if (grad_x.numel() == 0) return;
   DeviceGuard guard(grad_x);
   Outs o{*this, {}};
-  const Tensor gc = in_c(*this, grad_out, grad_x.dtype()), oc = o.get(grad_x);
+  const Tensor gc = contiguous_as(*this, grad_out, grad_x.dtype()), oc = o.get(grad_x);
   launch_adaptive_avg_pool2d_backward(gc.raw_data(), oc.raw_data(), grad_x.dtype(),
                                       pool_shape(grad_x, grad_out),
                                       stream_of(grad_x.device().index()));
