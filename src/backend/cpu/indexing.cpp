@@ -4,13 +4,16 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/float_args.h"
 #include "backend/cpu/loops.h"
 
 namespace gradus::backend::cpu {
 namespace {
 
 // The type additions run in: the storage type itself for float/double/integers, float for the
-// 16-bit floats, int64 for bool (so bool accumulation is a logical or).
+// 16-bit floats, int64 for bool (so bool accumulation is a logical or). (The accumulating kernels
+// below stage 16-bit tensors in float32 and round once; the half case remains for the templates
+// that dispatch_dtype instantiates.)
 template <typename T>
 using AddType = std::conditional_t<is_half_v<T>, float,
                                    std::conditional_t<std::is_same_v<T, bool>, int64_t, T>>;
@@ -69,6 +72,10 @@ void for_outer_inner(const Tensor& index, int64_t dim, const F& fn) {
                });
 }
 
+bool is_half_dtype(DType t) {
+  return t == DType::f16 || t == DType::bf16;
+}
+
 }  // namespace
 
 void CpuBackend::index_select_rows(const Tensor& table, const Tensor& index, const Tensor& out) {
@@ -92,6 +99,14 @@ void CpuBackend::index_add_rows(const Tensor& grad_out, const Tensor& index,
                                 const Tensor& grad_table) {
   const int64_t n = index.numel();
   if (n == 0 || grad_table.numel() == 0) return;
+  if (is_half_dtype(grad_table.dtype())) {
+    // Sum in float32 and round once: rounding after every addition loses a bit per repeated
+    // index.
+    F32Args f{*this, {}};
+    index_add_rows(f.in(grad_out), index, f.out(grad_table, /*read_too=*/true));
+    f.finish();
+    return;
+  }
   const int64_t width = grad_table.dim() > 1 ? grad_table.numel() / grad_table.size(0) : 1;
   const int64_t* idx = index.data_ptr<int64_t>();
   dispatch_dtype(grad_table.dtype(), [&](auto tag) {
@@ -138,6 +153,12 @@ void CpuBackend::gather(const Tensor& x, int64_t dim, const Tensor& index, const
 void CpuBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& index,
                              const Tensor& src) {
   if (index.numel() == 0) return;
+  if (is_half_dtype(out.dtype())) {  // float32 sums, rounded once (as in index_add_rows)
+    F32Args f{*this, {}};
+    scatter_add(f.out(out, /*read_too=*/true), dim, index, f.in(src));
+    f.finish();
+    return;
+  }
   const Shape& is = index.sizes();
   const std::vector<int64_t> out_inner = inner_offsets(is, out.strides(), dim);
   const std::vector<int64_t> src_inner = inner_offsets(is, src.strides(), dim);
