@@ -113,6 +113,21 @@ Shape base_shape(const In& in) {
 }
 
 std::vector<std::vector<double>> draw_inputs(const OpCase& c, uint64_t seed, DType dtype) {
+  // The floating inputs of a case share one lattice: input i of n takes the points at offset
+  // 2^-(n + 1 - i) of a pitch. Values of different inputs then differ by at least 2^-(n + 1)
+  // pitch, so the gradcheck's +-1e-6 steps never straddle a tie between inputs either
+  // (maximum(a, b) with a[k] within 1e-6 of b[k]); and as an earlier input's offset has a larger
+  // power-of-two denominator than a later one's, a = m * b has no solution for integer m (the
+  // jumps of fmod / remainder). The pitch is at most an eighth of any input's grid step, so
+  // snapping keeps the spacing described below.
+  double pitch = 0x1p-10;
+  for (const In& in : c.inputs) {
+    const int64_t n = shape_numel(base_shape(in));
+    if (in.kind == Kind::floating && n > 0) {
+      pitch = std::min(pitch, (in.hi - in.lo) / static_cast<double>(n) / 8);
+    }
+  }
+  const int inputs = static_cast<int>(c.inputs.size());
   std::vector<std::vector<double>> all;
   for (size_t i = 0; i < c.inputs.size(); ++i) {
     const In& in = c.inputs[i];
@@ -120,9 +135,10 @@ std::vector<std::vector<double>> draw_inputs(const OpCase& c, uint64_t seed, DTy
     std::uniform_real_distribution<double> unit(0.0, 1.0);
     std::vector<double> v(static_cast<size_t>(shape_numel(base_shape(in))));
     const bool integral = !is_floating(dtype);
-    // Floating values are a shuffled, jittered grid over [lo, hi): uniform over the domain, yet
-    // any two are at least half a grid step apart (and a quarter step from the domain's centre),
-    // so the gradcheck never straddles a tie of max/min/pooling or the kink of relu/abs.
+    // Floating values are a shuffled, jittered grid over [lo, hi), snapped to the lattice above:
+    // uniform over the domain, yet any two are at least a quarter grid step apart (and an eighth
+    // of a step from the domain's centre), so the gradcheck never straddles a tie of
+    // max/min/pooling or the kink of relu/abs.
     std::vector<size_t> slot(v.size());
     for (size_t k = 0; k < slot.size(); ++k) slot[k] = k;
     std::shuffle(slot.begin(), slot.end(), rng);
@@ -137,6 +153,8 @@ std::vector<std::vector<double>> draw_inputs(const OpCase& c, uint64_t seed, DTy
             const double cell =
                 (static_cast<double>(slot[k]) + 0.25 + 0.5 * u) / static_cast<double>(v.size());
             x = in.lo + cell * (in.hi - in.lo);
+            const double offset = std::ldexp(1.0, static_cast<int>(i) - inputs - 1);
+            x = (std::floor(x / pitch) + offset) * pitch;
           }
           break;
         case Kind::ties:
