@@ -306,7 +306,10 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, T* gb, const Geom& g) 
 
 #pragma omp parallel num_threads(threads)
   {
-    static thread_local std::vector<T> pad_buf, gyt_buf, bsum_buf;
+    static thread_local std::vector<T> pad_buf, gyt_buf;
+    // The image's bias gradient, summed in double like the partials it is added to: a float sum
+    // of P values that cancel is off by several ulps of the result.
+    static thread_local std::vector<double> bsum_buf;
     PaddedImage<T> padder(g, pad_buf);
     T* part = partial + omp_get_thread_num() * part_size;
     std::fill(part, part + part_size, T(0));
@@ -315,7 +318,7 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, T* gb, const Geom& g) 
     // Columns past Og are never written and must read as zero.
     T* gyt = Og < Opad ? zeroed_scratch(gyt_buf, static_cast<size_t>(P * Opad))
                        : scratch(gyt_buf, static_cast<size_t>(P * Opad));
-    T* bsum = scratch(bsum_buf, static_cast<size_t>(Opad));
+    double* bsum = scratch(bsum_buf, static_cast<size_t>(Opad));
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < split.items; ++item) {
       const int64_t n = item / split.parts, k0 = (item % split.parts) * chunk;
@@ -326,13 +329,13 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, T* gb, const Geom& g) 
         KS::template transpose_block<T>(gy + (n * g.O + gi * Og) * P, Og, P, P, gyt,
                                         Opad);  // [Og][P] -> [P][Opad]
         if (gb && k0 == 0) {                    // one chunk per image adds its bias gradient
-          std::fill(bsum, bsum + Opad, T(0));
+          std::fill(bsum, bsum + Opad, 0.0);
           for (int64_t q = 0; q < P; ++q) {
             const T* row = gyt + q * Opad;
 #pragma omp simd
-            for (int64_t o = 0; o < Opad; ++o) bsum[o] += row[o];
+            for (int64_t o = 0; o < Opad; ++o) bsum[o] += static_cast<double>(row[o]);
           }
-          for (int64_t o = 0; o < Og; ++o) bpart[gi * Opad + o] += static_cast<double>(bsum[o]);
+          for (int64_t o = 0; o < Og; ++o) bpart[gi * Opad + o] += bsum[o];
         }
         // In pieces, prefetching the next image's grad_out and x in between.
         // (Pieces are whole tiles: a split tile would run the loop over positions twice.)
