@@ -25,3 +25,7 @@ if(NOT TARGET gradus_openblas)
   target_link_libraries(gradus_openblas INTERFACE ${GRADUS_OPENBLAS_LIBRARY})
 endif()
 message(STATUS "gradus: OpenBLAS ${GRADUS_OPENBLAS_LIBRARY}")
+
+# MPI (OpenMPI from Debian's libopenmpi-dev): processes, launch and CPU collectives of gradus::dist.
+# Only the C API is used.
+find_package(MPI REQUIRED COMPONENTS C)

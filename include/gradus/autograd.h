@@ -1,6 +1,7 @@
 // Reverse-mode automatic differentiation: grad mode, backward, grad.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "gradus/core/tensor.h"
@@ -59,6 +60,14 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 
 // Returns the gradients w.r.t. `inputs` without touching any .grad. An input the outputs do not
 // depend on gives an error unless allow_unused (then an undefined Tensor).
+namespace autograd {
+// Runs fn once the backward pass in progress on this thread has finished (every gradient
+// accumulated, every hook run), before backward() returns; callbacks run in the order queued and
+// an exception from one propagates out of backward(). Throws AutogradError outside a backward
+// pass. DistributedDataParallel waits for its last gradient buckets this way.
+void queue_callback(std::function<void()> fn);
+}  // namespace autograd
+
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
                          bool allow_unused = false);

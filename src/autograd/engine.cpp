@@ -23,6 +23,9 @@ void set_grad_enabled(bool enabled) {
 namespace autograd {
 namespace {
 
+// The callbacks of the backward pass running on this thread (nullptr outside one).
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+
 struct NodeState {
   int dependencies = 0;
   TensorList inputs;  // gradient per node output, summed over the edges that reach it
@@ -45,6 +48,13 @@ struct CompareSequence {
 TensorList run_backward(const std::vector<std::pair<Edge, Tensor>>& roots, bool keep_graph,
                         const std::vector<Edge>& capture) {
   NoGradGuard no_grad;  // backward rules never record (no higher-order graphs)
+  std::vector<std::function<void()>> callbacks;
+  std::vector<std::function<void()>>* const outer_callbacks = t_callbacks;
+  t_callbacks = &callbacks;
+  struct RestoreCallbacks {
+    std::vector<std::function<void()>>* outer;
+    ~RestoreCallbacks() { t_callbacks = outer; }
+  } restore{outer_callbacks};
   std::unordered_map<Node*, NodeState> state;
   // Count, for every reachable node, how many edges point at it.
   std::vector<Node*> stack;
@@ -118,6 +128,8 @@ TensorList run_backward(const std::vector<std::pair<Edge, Tensor>>& roots, bool 
       if (--next.dependencies == 0) ready.push(e.fn.get());
     }
   }
+  // Callbacks may queue further callbacks: index, not iterators.
+  for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();
   return captured;
 }
 
@@ -148,6 +160,13 @@ std::vector<std::pair<Edge, Tensor>> make_roots(const TensorList& outputs,
 }
 
 }  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  GRADUS_CHECK(t_callbacks != nullptr, AutogradError,
+               "autograd::queue_callback: no backward pass is running on this thread");
+  t_callbacks->push_back(std::move(fn));
+}
+
 }  // namespace autograd
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
