@@ -35,7 +35,6 @@
 namespace gradus::dist {
 
 struct DDPOptions {
-  std::shared_ptr<ProcessGroup> group;  // nullptr: default_group()
   double bucket_cap_mb = 25.0;
   double first_bucket_cap_mb = 1.0;
   bool find_unused_parameters = false;
@@ -43,6 +42,7 @@ struct DDPOptions {
   // false: every bucket is all-reduced after backward (no overlap; for measuring what overlap
   // gains).
   bool overlap = true;
+  std::shared_ptr<ProcessGroup> group = nullptr;  // nullptr: default_group()
 };
 
 struct DDPStats {

@@ -1,0 +1,233 @@
+// DistributedDataParallel against a one-process reference: N ranks with per-rank batch B/N end
+// with the parameters one process reaches by averaging the losses of the N shards of batch B
+// (for models without BatchNorm: the plain batch-B loss). float64, so the only differences are
+// summation order: 1e-12 relative.
+#include "dist/dist_test_util.h"
+#include "gradus/nn/models.h"
+
+namespace gradus::testing {
+namespace {
+
+using dist::DistributedDataParallel;
+
+struct Batch {
+  Tensor x, y;
+};
+
+// A whole-world batch, the same on every rank.
+Batch make_batch(uint64_t seed, const Shape& x_shape, int64_t classes) {
+  Batch b;
+  b.x = random_tensor(x_shape, seed, -1, 1, DType::f64);
+  Tensor u = random_tensor({x_shape[0]}, seed + 1, 0, static_cast<double>(classes), DType::f64);
+  b.y = floor(u).to(DType::i64);
+  return b;
+}
+
+Batch shard(const Batch& b, int rank, int size) {
+  const int64_t n = b.x.size(0) / size;
+  return {b.x.slice(0, rank * n, (rank + 1) * n).contiguous(),
+          b.y.slice(0, rank * n, (rank + 1) * n).contiguous()};
+}
+
+std::shared_ptr<nn::Module> build(const std::string& name, uint64_t seed) {
+  manual_seed(seed);
+  nn::ModelSpec spec{.in_channels = 1, .image_size = 8, .num_classes = 5};
+  auto m = nn::make_model(name, spec);
+  m->to(DType::f64);
+  return m;
+}
+
+std::unique_ptr<optim::Optimizer> make_opt(const std::string& kind, nn::Module& m) {
+  if (kind == "sgd") {
+    return std::make_unique<optim::SGD>(m.parameters(),
+                                        optim::SGDOptions{.lr = 0.05, .momentum = 0.9,
+                                                          .weight_decay = 1e-3});
+  }
+  return std::make_unique<optim::Adam>(m.parameters(), optim::AdamOptions{.lr = 1e-2});
+}
+
+double max_rel_diff(const Tensor& a, const Tensor& b) {
+  const Tensor d = abs(sub(a, b));
+  const double scale = std::max(1e-30, max(abs(b)).item());
+  return max(d).item() / scale;
+}
+
+// Worst relative difference between the parameters of two modules.
+double params_diff(nn::Module& a, nn::Module& b) {
+  const auto pa = a.parameters(), pb = b.parameters();
+  double worst = 0;
+  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, max_rel_diff(pa[i], pb[i]));
+  return worst;
+}
+
+class DDP : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+ protected:
+  std::shared_ptr<dist::ProcessGroup> pg = dist::default_group();
+};
+
+TEST_P(DDP, MatchesOneProcessOnTheWholeBatch) {
+  const auto& [model_name, opt_name] = GetParam();
+  const uint64_t seed = shared_seed();
+  const int size = pg->size(), rank = pg->rank();
+  const int64_t per_rank = 4, steps = 4;
+  const Shape x_shape = model_name == "mlp" ? Shape{per_rank * size, 64}
+                                            : Shape{per_rank * size, 1, 8, 8};
+
+  // Replicas start different: DDP must broadcast rank 0's parameters.
+  auto local = build(model_name, seed + static_cast<uint64_t>(rank));
+  auto ddp = std::make_shared<DistributedDataParallel>(local);
+  auto opt = make_opt(opt_name, *local);
+  auto ref = build(model_name, seed);  // rank 0's initialisation
+  auto ref_opt = make_opt(opt_name, *ref);
+
+  for (int64_t s = 0; s < steps; ++s) {
+    const Batch batch = make_batch(seed + 100 + static_cast<uint64_t>(s), x_shape, 5);
+    const Batch mine = shard(batch, rank, size);
+    opt->zero_grad();
+    cross_entropy((*ddp)(mine.x), mine.y).backward();
+    opt->step();
+
+    ref_opt->zero_grad();
+    Tensor loss;
+    for (int r = 0; r < size; ++r) {
+      const Batch part = shard(batch, r, size);
+      Tensor l = cross_entropy((*ref)(part.x), part.y);
+      loss = loss.defined() ? add(loss, l) : l;
+    }
+    mul(loss, 1.0 / size).backward();
+    ref_opt->step();
+  }
+  // Adam on the CNN: the convolution biases feed BatchNorm, so their true gradient is 0 and the
+  // computed one is rounding noise (1e-17), which Adam normalises to steps of size lr: a
+  // different summation order moves them by up to ~lr * 1e-7. Everything else holds to 1e-12.
+  const double tol = model_name == "cnn" && opt_name == "adam" ? 1e-7 : 1e-12;
+  EXPECT_LT(params_diff(*local, *ref), tol) << model_name << " " << opt_name << " seed " << seed;
+  EXPECT_EQ(ddp->stats().backward_passes, steps);
+
+  if (model_name == "mlp") {
+    // Without BatchNorm the shard average is the plain whole-batch loss.
+    auto plain = build(model_name, seed);
+    auto plain_opt = make_opt(opt_name, *plain);
+    for (int64_t s = 0; s < steps; ++s) {
+      const Batch batch = make_batch(seed + 100 + static_cast<uint64_t>(s), x_shape, 5);
+      plain_opt->zero_grad();
+      cross_entropy((*plain)(batch.x), batch.y).backward();
+      plain_opt->step();
+    }
+    EXPECT_LT(params_diff(*local, *plain), 1e-12);
+  } else {
+    // BatchNorm buffers: broadcast from rank 0 before each forward, so every rank holds rank
+    // 0's running statistics at the start of a forward: after a forward on the same input
+    // everywhere, they are equal (they differed before it, each rank's from its own shards).
+    (*ddp)(make_batch(seed + 7, x_shape, 5).x);
+    for (const Tensor& b : local->buffers()) {
+      if (b.dtype() != DType::f64) continue;
+      Tensor hi = b.clone(), lo = b.clone();
+      dist::wait_all({pg->all_reduce(hi, dist::ReduceOp::max),
+                      pg->all_reduce(lo, dist::ReduceOp::min)});
+      EXPECT_EQ(max_rel_diff(hi, lo), 0.0);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ModelsAndOptimizers, DDP,
+                         ::testing::Combine(::testing::Values("mlp", "cnn"),
+                                            ::testing::Values("sgd", "adam")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
+
+TEST(DDPAccumulation, NoSyncOverTwoMicroBatchesEqualsOneBatchOfTwiceTheSize) {
+  auto pg = dist::default_group();
+  const uint64_t seed = shared_seed();
+  const int size = pg->size(), rank = pg->rank();
+  const int64_t micro = 3;
+  auto local = build("mlp", seed);
+  auto ddp = std::make_shared<DistributedDataParallel>(local);
+  optim::SGD opt(local->parameters(), {.lr = 0.1, .momentum = 0.5});
+  auto ref = build("mlp", seed);
+  optim::SGD ref_opt(ref->parameters(), {.lr = 0.1, .momentum = 0.5});
+
+  for (int step = 0; step < 3; ++step) {
+    // Rank r's two micro-batches are rows [2r*micro, (2r+2)*micro) of the world batch.
+    const Batch batch =
+        make_batch(seed + 50 + static_cast<uint64_t>(step), {2 * micro * size, 64}, 5);
+    const Batch mine = shard(batch, rank, size);
+    const Batch first{mine.x.slice(0, 0, micro), mine.y.slice(0, 0, micro)};
+    const Batch second{mine.x.slice(0, micro, 2 * micro), mine.y.slice(0, micro, 2 * micro)};
+    opt.zero_grad();
+    const int64_t before = ddp->stats().backward_passes;
+    {
+      auto guard = ddp->no_sync();
+      mul(cross_entropy((*ddp)(first.x), first.y), 0.5).backward();
+    }
+    EXPECT_EQ(ddp->stats().backward_passes, before);  // nothing was communicated
+    mul(cross_entropy((*ddp)(second.x), second.y), 0.5).backward();
+    EXPECT_EQ(ddp->stats().backward_passes, before + 1);
+    opt.step();
+
+    ref_opt.zero_grad();
+    cross_entropy((*ref)(batch.x), batch.y).backward();
+    ref_opt.step();
+  }
+  EXPECT_LT(params_diff(*local, *ref), 1e-12) << "seed " << seed;
+}
+
+// A model whose second head is used only when asked.
+class TwoHeads : public nn::Module {
+ public:
+  TwoHeads() {
+    a = register_module("a", std::make_shared<nn::Linear>(6, 3));
+    b = register_module("b", std::make_shared<nn::Linear>(6, 3));
+  }
+  Tensor forward(const Tensor& x) override { return use_b ? add((*a)(x), (*b)(x)) : (*a)(x); }
+  std::shared_ptr<nn::Linear> a, b;
+  bool use_b = false;
+};
+
+TEST(DDPUnusedParameters, AreNamedUnlessAllowed) {
+  auto pg = dist::default_group();
+  const uint64_t seed = shared_seed();
+  manual_seed(seed);
+  auto model = std::make_shared<TwoHeads>();
+  model->to(DType::f64);
+  DistributedDataParallel ddp(model);
+  const Tensor x = random_tensor({4, 6}, seed, -1, 1, DType::f64);
+  try {
+    (ddp)(x).sum().backward();
+    FAIL() << "an unused parameter was not reported";
+  } catch (const dist::DistError& e) {
+    EXPECT_NE(std::string(e.what()).find("b.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("find_unused_parameters"), std::string::npos);
+  }
+
+  manual_seed(seed);
+  auto model2 = std::make_shared<TwoHeads>();
+  model2->to(DType::f64);
+  DistributedDataParallel ddp2(model2, {.find_unused_parameters = true});
+  ddp2(x).sum().backward();
+  // The used head's gradient is averaged (the same x on every rank: equal to the local one).
+  const Tensor expected = matmul(ones({4, 3}, {.dtype = DType::f64}).t(), x);
+  EXPECT_TRUE(all_close(model2->a->weight.grad(), expected, 1e-12, 1e-12));
+  EXPECT_EQ(max(abs(model2->b->weight.grad())).item(), 0.0);
+}
+
+TEST(DDPBuckets, ReverseOrderWithASmallFirstBucket) {
+  manual_seed(1);
+  auto mlp = std::make_shared<nn::MLP>(std::vector<int64_t>{256, 512, 512, 10});
+  // 512x512 f32 = 1 MiB: with a 0.5 MiB first bucket and 2 MiB after, the last layer's small
+  // tensors come first.
+  DistributedDataParallel ddp(mlp, {.bucket_cap_mb = 2.0, .first_bucket_cap_mb = 0.5});
+  const auto buckets = ddp.bucket_parameter_names();
+  ASSERT_GE(buckets.size(), 2u);
+  // 4.weight (20 KiB) and the biases fit in the first 0.5 MiB; 2.weight (1 MiB) opens the next.
+  EXPECT_EQ(buckets[0], (std::vector<std::string>{"4.bias", "4.weight", "2.bias"}));
+  EXPECT_EQ(buckets[1].front(), "2.weight");
+  size_t total = 0;
+  for (const auto& b : buckets) total += b.size();
+  EXPECT_EQ(total, mlp->parameters().size());
+  EXPECT_EQ(buckets.back().back(), "0.weight");
+}
+
+}  // namespace
+}  // namespace gradus::testing
