@@ -122,8 +122,7 @@ class DataLoader::EpochRun {
   Example load(int64_t b) const {
     const DataLoaderOptions& o = loader_->options_;
     const int64_t n = static_cast<int64_t>(order_.size());
-    const int64_t first = b * o.batch_size;
-    const int64_t last = std::min(first + o.batch_size, n);
+    const auto [first, last] = loader_->batch_range(b, n);
     std::vector<int64_t> indices(order_.begin() + first, order_.begin() + last);
     Example batch = loader_->dataset_->get_batch(indices);
     if (batch.input.defined() && batch.input.device() != o.device) {
@@ -225,6 +224,21 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions optio
                options_.prefetch);
   GRADUS_CHECK(options_.num_workers >= 0, ValueError, "DataLoader: num_workers must be >= 0, got ",
                options_.num_workers);
+  GRADUS_CHECK(options_.world_size >= 1 && options_.rank >= 0 &&
+                   options_.rank < options_.world_size,
+               ValueError, "DataLoader: rank ", options_.rank, " is not in a world of ",
+               options_.world_size);
+  GRADUS_CHECK(options_.batch_size % options_.world_size == 0, ValueError,
+               "DataLoader: the global batch_size ", options_.batch_size,
+               " is not divisible by the world size ", options_.world_size,
+               " (each rank takes an equal share)");
+}
+
+std::pair<int64_t, int64_t> DataLoader::batch_range(int64_t batch, int64_t n) const {
+  const int64_t first = batch * options_.batch_size;
+  if (options_.world_size == 1) return {first, std::min(first + options_.batch_size, n)};
+  const int64_t share = options_.batch_size / options_.world_size;
+  return {first + options_.rank * share, first + (options_.rank + 1) * share};
 }
 
 DataLoader::~DataLoader() = default;
@@ -232,7 +246,7 @@ DataLoader::~DataLoader() = default;
 int64_t DataLoader::size() const {
   const int64_t n = dataset_->size();
   const int64_t b = options_.batch_size;
-  return options_.drop_last ? n / b : (n + b - 1) / b;
+  return options_.drop_last || options_.world_size > 1 ? n / b : (n + b - 1) / b;
 }
 
 void DataLoader::set_position(LoaderPosition p) {
@@ -256,8 +270,7 @@ std::vector<int64_t> DataLoader::batch_indices(int64_t epoch, int64_t batch) con
   GRADUS_CHECK(batch >= 0 && batch < size(), IndexError, "DataLoader::batch_indices: batch ", batch,
                " is out of range for an epoch of ", size(), " batches");
   const std::vector<int64_t> order = epoch_order(epoch);
-  const int64_t first = batch * options_.batch_size;
-  const int64_t last = std::min<int64_t>(first + options_.batch_size, dataset_->size());
+  const auto [first, last] = batch_range(batch, dataset_->size());
   return {order.begin() + first, order.begin() + last};
 }
 

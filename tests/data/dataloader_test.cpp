@@ -270,3 +270,52 @@ TEST(Dataset, DefaultGetBatchStacks) {
 
 }  // namespace
 }  // namespace gradus::data
+
+namespace gradus::data {
+namespace {
+
+// Sharding: the ranks' shares of each global batch are disjoint, contiguous slices of the one-process
+// batch; together they are exactly it. The incomplete final global batch is dropped everywhere.
+TEST(DataLoaderSharding, RanksSplitEachGlobalBatchOfTheSameOrder) {
+  const uint64_t seed = testing::fresh_seed();
+  for (int world : {2, 3, 4}) {
+    const int64_t global = 12;
+    auto ds = index_dataset(100);
+    DataLoader whole(ds, {.batch_size = global, .shuffle = true, .seed = seed, .num_workers = 0});
+    std::vector<std::unique_ptr<DataLoader>> ranks;
+    for (int r = 0; r < world; ++r) {
+      ranks.push_back(std::make_unique<DataLoader>(
+          ds, DataLoaderOptions{.batch_size = global, .shuffle = true, .seed = seed,
+                                .num_workers = 1, .rank = r, .world_size = world}));
+    }
+    for (int64_t epoch = 0; epoch < 2; ++epoch) {
+      whole.set_epoch(epoch);
+      auto expected = run_epoch(whole);
+      expected.pop_back();  // 100 = 8 * 12 + 4: the incomplete global batch is dropped
+      std::vector<std::vector<std::vector<int64_t>>> got;
+      for (auto& l : ranks) {
+        EXPECT_EQ(l->size(), 8);
+        l->set_epoch(epoch);
+        got.push_back(run_epoch(*l));
+      }
+      for (size_t b = 0; b < expected.size(); ++b) {
+        std::vector<int64_t> joined;
+        for (int r = 0; r < world; ++r) {
+          ASSERT_EQ(got[static_cast<size_t>(r)][b].size(), static_cast<size_t>(global / world));
+          joined.insert(joined.end(), got[static_cast<size_t>(r)][b].begin(),
+                        got[static_cast<size_t>(r)][b].end());
+        }
+        EXPECT_EQ(joined, expected[b]) << "world " << world << " batch " << b << " seed " << seed;
+      }
+    }
+    // Resuming mid-epoch gives the same remaining shares.
+    ranks[1]->set_position({1, 5});
+    EXPECT_EQ(run_epoch(*ranks[1]).front(), ranks[1]->batch_indices(1, 5));
+  }
+  auto ds = index_dataset(10);
+  EXPECT_THROW(DataLoader(ds, {.batch_size = 10, .rank = 0, .world_size = 3}), ValueError);
+  EXPECT_THROW(DataLoader(ds, {.batch_size = 6, .rank = 3, .world_size = 3}), ValueError);
+}
+
+}  // namespace
+}  // namespace gradus::data

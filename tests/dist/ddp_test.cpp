@@ -2,63 +2,12 @@
 // with the parameters one process reaches by averaging the losses of the N shards of batch B
 // (for models without BatchNorm: the plain batch-B loss). float64, so the only differences are
 // summation order: 1e-12 relative.
-#include "dist/dist_test_util.h"
-#include "gradus/nn/models.h"
+#include "dist/data_parallel_util.h"
 
 namespace gradus::testing {
 namespace {
 
 using dist::DistributedDataParallel;
-
-struct Batch {
-  Tensor x, y;
-};
-
-// A whole-world batch, the same on every rank.
-Batch make_batch(uint64_t seed, const Shape& x_shape, int64_t classes) {
-  Batch b;
-  b.x = random_tensor(x_shape, seed, -1, 1, DType::f64);
-  Tensor u = random_tensor({x_shape[0]}, seed + 1, 0, static_cast<double>(classes), DType::f64);
-  b.y = floor(u).to(DType::i64);
-  return b;
-}
-
-Batch shard(const Batch& b, int rank, int size) {
-  const int64_t n = b.x.size(0) / size;
-  return {b.x.slice(0, rank * n, (rank + 1) * n).contiguous(),
-          b.y.slice(0, rank * n, (rank + 1) * n).contiguous()};
-}
-
-std::shared_ptr<nn::Module> build(const std::string& name, uint64_t seed) {
-  manual_seed(seed);
-  nn::ModelSpec spec{.in_channels = 1, .image_size = 8, .num_classes = 5};
-  auto m = nn::make_model(name, spec);
-  m->to(DType::f64);
-  return m;
-}
-
-std::unique_ptr<optim::Optimizer> make_opt(const std::string& kind, nn::Module& m) {
-  if (kind == "sgd") {
-    return std::make_unique<optim::SGD>(m.parameters(),
-                                        optim::SGDOptions{.lr = 0.05, .momentum = 0.9,
-                                                          .weight_decay = 1e-3});
-  }
-  return std::make_unique<optim::Adam>(m.parameters(), optim::AdamOptions{.lr = 1e-2});
-}
-
-double max_rel_diff(const Tensor& a, const Tensor& b) {
-  const Tensor d = abs(sub(a, b));
-  const double scale = std::max(1e-30, max(abs(b)).item());
-  return max(d).item() / scale;
-}
-
-// Worst relative difference between the parameters of two modules.
-double params_diff(nn::Module& a, nn::Module& b) {
-  const auto pa = a.parameters(), pb = b.parameters();
-  double worst = 0;
-  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, max_rel_diff(pa[i], pb[i]));
-  return worst;
-}
 
 class DDP : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "gradus/core/device.h"
@@ -39,6 +40,13 @@ struct DataLoaderOptions {
   int64_t prefetch = 2;           // queue depth (batches loaded ahead), >= 1
   Device device = Device::cpu();  // batches are moved here
   int num_workers = 1;            // loading threads; 0 = load in the calling thread
+  // Data-parallel sharding: with world_size > 1, batch_size is the global batch (divisible by
+  // world_size) and this loader yields rank `rank`'s contiguous share of each global batch of the
+  // same seeded order, so the ranks see disjoint samples and, together, exactly what one
+  // process with the whole batch sees. Every rank runs the same number of steps: the final global
+  // batch is dropped when it is incomplete (drop_last, whatever the option says).
+  int rank = 0;
+  int world_size = 1;
 };
 
 struct LoaderPosition {
@@ -101,6 +109,8 @@ class DataLoader {
  private:
   friend class EpochRun;
   std::vector<int64_t> epoch_order(int64_t epoch) const;
+  // [first, last) of batch `batch` (this rank's share) in an epoch order of n samples.
+  std::pair<int64_t, int64_t> batch_range(int64_t batch, int64_t n) const;
 
   std::shared_ptr<Dataset> dataset_;
   DataLoaderOptions options_;

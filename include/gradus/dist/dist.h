@@ -1,6 +1,9 @@
 // gradus::dist: training on several processes, GPUs and hosts (MPI for processes and CPU tensors,
-// NCCL for CUDA tensors).
+// NCCL for CUDA tensors): process groups, DistributedDataParallel, a parameter server and the
+// ZeRO-1 sharded optimizer.
 #pragma once
 
 #include "gradus/dist/ddp.h"
+#include "gradus/dist/parameter_server.h"
 #include "gradus/dist/process_group.h"
+#include "gradus/dist/zero.h"

@@ -53,7 +53,7 @@ class Optimizer {
   virtual const char* type_name() const = 0;
 
   // set_to_none (PyTorch's default) drops the gradients; otherwise they are zeroed in place.
-  void zero_grad(bool set_to_none = true);
+  virtual void zero_grad(bool set_to_none = true);
 
   size_t num_param_groups() const { return groups_.size(); }
   const std::vector<Tensor>& params(size_t group) const;

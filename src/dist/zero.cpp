@@ -1,0 +1,226 @@
+#include "gradus/dist/zero.h"
+
+#include "dist/flat.h"
+#include "gradus/autograd.h"
+#include "gradus/ops.h"
+
+namespace gradus::dist {
+
+// The flat parameters and gradients of one dtype/device, and this rank's shard of them.
+struct ZeroRedundancyOptimizer::Buffer {
+  detail::FlatLayout plan;
+  Tensor params;      // [padded]: every parameter is a view of it
+  Tensor grads;       // [padded]: every parameter's .grad is a view of it
+  Tensor shard_param;  // leaf view of params [begin, end): what the local optimizer updates
+  Tensor shard_grad;   // [shard]: reduce-scatter output, the shard_param's .grad
+  Shard shard;
+};
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params,
+                                                 const LocalOptimizerFactory& make_local,
+                                                 std::shared_ptr<ProcessGroup> group)
+    : group_(group ? std::move(group) : default_group()) {
+  GRADUS_CHECK(make_local != nullptr, ValueError,
+               "ZeroRedundancyOptimizer: no factory for the local optimizer");
+  add_group(params);  // validates (leaves, floating, no duplicates)
+  const int64_t world = group_->size(), rank = group_->rank();
+  std::vector<size_t> order(params.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  NoGradGuard no_grad;
+  std::vector<Tensor> shard_leaves;
+  for (const detail::FlatLayout& plan : detail::plan_flat_layouts(params, order, 0, 0, world)) {
+    auto b = std::make_unique<Buffer>();
+    b->plan = plan;
+    b->params = detail::allocate_flat(plan);
+    b->grads = detail::allocate_flat(plan);
+    const int64_t per = plan.padded_numel / world;
+    b->shard = {rank * per, (rank + 1) * per, plan.padded_numel, plan.numel};
+    for (size_t k = 0; k < plan.params.size(); ++k) {
+      Tensor& p = params[plan.params[k]];
+      Tensor view = detail::flat_view(b->params, plan.offsets[k], p.sizes());
+      view.copy_(p.detach());
+      // The parameter handle (held by the model and its users) now aliases the flat buffer.
+      p.impl()->set_data(view.impl()->storage(), view.sizes(), view.strides(), view.offset(),
+                         view.dtype());
+    }
+    b->shard_param = b->params.as_strided_raw({per}, {1}, b->params.offset() + rank * per);
+    b->shard_param.set_requires_grad(true);
+    b->shard_grad = zeros({per}, {plan.dtype, plan.device});
+    b->shard_param.set_grad(b->shard_grad);
+    shard_leaves.push_back(b->shard_param);
+    buffers_.push_back(std::move(b));
+  }
+  local_ = make_local(shard_leaves);
+  GRADUS_CHECK(local_ != nullptr, ValueError,
+               "ZeroRedundancyOptimizer: the factory returned no optimizer");
+  attach_gradients();
+}
+
+ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() = default;
+
+void ZeroRedundancyOptimizer::attach_gradients() {
+  NoGradGuard no_grad;
+  const std::vector<Tensor>& params = groups_[0];
+  for (auto& b : buffers_) {
+    b->grads.zero_();
+    for (size_t k = 0; k < b->plan.params.size(); ++k) {
+      const Tensor& p = params[b->plan.params[k]];
+      p.set_grad(detail::flat_view(b->grads, b->plan.offsets[k], p.sizes()));
+    }
+  }
+}
+
+void ZeroRedundancyOptimizer::zero_grad(bool) {
+  attach_gradients();
+}
+
+void ZeroRedundancyOptimizer::step() {
+  NoGradGuard no_grad;
+  const std::vector<Tensor>& params = groups_[0];
+  // A gradient replaced by another tensor (not a view of the flat buffer) is copied in.
+  for (auto& b : buffers_) {
+    for (size_t k = 0; k < b->plan.params.size(); ++k) {
+      const Tensor& p = params[b->plan.params[k]];
+      Tensor view = detail::flat_view(b->grads, b->plan.offsets[k], p.sizes());
+      const Tensor g = p.grad();
+      if (!g.defined()) {
+        view.zero_();
+        p.set_grad(view);
+      } else if (g.raw_data() != view.raw_data()) {
+        view.copy_(g);
+        p.set_grad(view);
+      }
+    }
+  }
+  std::vector<WorkPtr> works;
+  for (auto& b : buffers_) {
+    works.push_back(group_->reduce_scatter(b->shard_grad, b->grads, ReduceOp::avg,
+                                           "ZeRO gradient shard"));
+  }
+  wait_all(works);
+  works.clear();
+  local_->step();
+  for (auto& b : buffers_) {
+    works.push_back(group_->all_gather(b->params, b->shard_param.detach(), "ZeRO parameters"));
+  }
+  wait_all(works);
+  for (const Tensor& p : params) p.bump_version();
+}
+
+const char* ZeroRedundancyOptimizer::type_name() const {
+  // add_group() names the optimizer in its errors before the local one exists.
+  return local_ ? local_->type_name() : "ZeroRedundancyOptimizer";
+}
+double ZeroRedundancyOptimizer::group_lr(size_t group) const {
+  return local_->group_lr(group);
+}
+void ZeroRedundancyOptimizer::set_group_lr(size_t group, double lr) {
+  local_->set_group_lr(group, lr);
+}
+std::map<std::string, double> ZeroRedundancyOptimizer::group_options(size_t) const {
+  const optim::OptimizerState s = local_->state_dict();
+  std::map<std::string, double> out;
+  for (const auto& [k, v] : s.scalars) {
+    if (k.rfind("param_groups.0.", 0) == 0) out[k.substr(15)] = v;
+  }
+  out.erase("num_params");
+  return out;
+}
+void ZeroRedundancyOptimizer::set_group_options(size_t, const std::map<std::string, double>&) {
+  throw ValueError(
+      "ZeroRedundancyOptimizer: use load_consolidated_state_dict to restore its state");
+}
+
+size_t ZeroRedundancyOptimizer::num_buffers() const {
+  return buffers_.size();
+}
+ZeroRedundancyOptimizer::Shard ZeroRedundancyOptimizer::shard(size_t buffer) const {
+  return buffers_.at(buffer)->shard;
+}
+
+uint64_t ZeroRedundancyOptimizer::state_bytes() const {
+  uint64_t bytes = 0;
+  const optim::OptimizerState s = local_->state_dict();
+  for (const auto& [k, t] : s.tensors) bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
+  return bytes;
+}
+
+optim::OptimizerState ZeroRedundancyOptimizer::consolidated_state_dict() {
+  NoGradGuard no_grad;
+  const optim::OptimizerState local = local_->state_dict();
+  const std::vector<Tensor>& params = groups_[0];
+  optim::OptimizerState full;
+  full.type = local.type;
+  for (const auto& [k, v] : local.scalars) {
+    if (k.rfind("param_groups.", 0) == 0) full.scalars[k] = v;
+  }
+  full.scalars["param_groups.0.num_params"] = static_cast<double>(params.size());
+  for (size_t b = 0; b < buffers_.size(); ++b) {
+    const Buffer& buf = *buffers_[b];
+    const std::string prefix = "state." + std::to_string(b) + ".";
+    // Every rank holds the same state names and step (they step together).
+    for (const auto& [k, t] : local.tensors) {
+      if (k.rfind(prefix, 0) != 0) continue;
+      const std::string name = k.substr(prefix.size());
+      Tensor flat = zeros({buf.shard.padded_numel}, {t.dtype(), t.device()});
+      group_->all_gather(flat, t.contiguous(), "ZeRO optimizer state")->wait();
+      for (size_t j = 0; j < buf.plan.params.size(); ++j) {
+        const size_t i = buf.plan.params[j];
+        full.tensors["state." + std::to_string(i) + "." + name] =
+            detail::flat_view(flat, buf.plan.offsets[j], params[i].sizes()).clone();
+      }
+    }
+    auto step = local.scalars.find(prefix + "step");
+    if (step != local.scalars.end()) {
+      for (size_t i : buf.plan.params) full.scalars["state." + std::to_string(i) + ".step"] = step->second;
+    }
+  }
+  return full;
+}
+
+void ZeroRedundancyOptimizer::load_consolidated_state_dict(const optim::OptimizerState& full) {
+  NoGradGuard no_grad;
+  const std::vector<Tensor>& params = groups_[0];
+  GRADUS_CHECK(full.type == local_->type_name(), ValueError,
+               "ZeroRedundancyOptimizer: the state is of a ", full.type, " optimizer, this is ",
+               local_->type_name());
+  auto n = full.scalars.find("param_groups.0.num_params");
+  GRADUS_CHECK(n != full.scalars.end() && static_cast<size_t>(n->second) == params.size(),
+               ValueError, "ZeroRedundancyOptimizer: the state holds ",
+               n == full.scalars.end() ? -1.0 : n->second, " parameters, this optimizer ",
+               params.size());
+  optim::OptimizerState local;
+  local.type = full.type;
+  for (const auto& [k, v] : full.scalars) {
+    if (k.rfind("param_groups.", 0) == 0) local.scalars[k] = v;
+  }
+  local.scalars["param_groups.0.num_params"] = static_cast<double>(buffers_.size());
+  for (size_t b = 0; b < buffers_.size(); ++b) {
+    const Buffer& buf = *buffers_[b];
+    const size_t first = buf.plan.params.front();
+    const std::string first_prefix = "state." + std::to_string(first) + ".";
+    for (const auto& [k, t] : full.tensors) {
+      if (k.rfind(first_prefix, 0) != 0) continue;
+      const std::string name = k.substr(first_prefix.size());
+      Tensor flat = zeros({buf.shard.padded_numel}, {buf.plan.dtype, buf.plan.device});
+      for (size_t j = 0; j < buf.plan.params.size(); ++j) {
+        const size_t i = buf.plan.params[j];
+        const Tensor* src = nullptr;
+        auto it = full.tensors.find("state." + std::to_string(i) + "." + name);
+        if (it != full.tensors.end()) src = &it->second;
+        GRADUS_CHECK(src != nullptr && src->numel() == params[i].numel(), ValueError,
+                     "ZeroRedundancyOptimizer: state.", i, ".", name,
+                     " is missing or has the wrong size");
+        detail::flat_view(flat, buf.plan.offsets[j], params[i].sizes())
+            .copy_(src->reshape(params[i].sizes()));
+      }
+      local.tensors["state." + std::to_string(b) + "." + name] =
+          flat.slice(0, buf.shard.begin, buf.shard.end).clone();
+    }
+    auto step = full.scalars.find(first_prefix + "step");
+    if (step != full.scalars.end()) local.scalars["state." + std::to_string(b) + ".step"] = step->second;
+  }
+  local_->load_state_dict(local);
+}
+
+}  // namespace gradus::dist

@@ -1,0 +1,67 @@
+// Shared by the data-parallel tests: a world batch every rank can rebuild, its per-rank shards,
+// small f64 models and optimizers, and parameter comparisons.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "dist/dist_test_util.h"
+#include "gradus/nn/models.h"
+
+namespace gradus::testing {
+
+struct Batch {
+  Tensor x, y;
+};
+
+// A whole-world batch, the same on every rank.
+inline Batch make_batch(uint64_t seed, const Shape& x_shape, int64_t classes) {
+  Batch b;
+  b.x = random_tensor(x_shape, seed, -1, 1, DType::f64);
+  Tensor u = random_tensor({x_shape[0]}, seed + 1, 0, static_cast<double>(classes), DType::f64);
+  b.y = floor(u).to(DType::i64);
+  return b;
+}
+
+inline Batch shard(const Batch& b, int rank, int size) {
+  const int64_t n = b.x.size(0) / size;
+  return {b.x.slice(0, rank * n, (rank + 1) * n).contiguous(),
+          b.y.slice(0, rank * n, (rank + 1) * n).contiguous()};
+}
+
+inline std::shared_ptr<nn::Module> build(const std::string& name, uint64_t seed) {
+  manual_seed(seed);
+  nn::ModelSpec spec{.in_channels = 1, .image_size = 8, .num_classes = 5};
+  auto m = nn::make_model(name, spec);
+  m->to(DType::f64);
+  return m;
+}
+
+inline std::unique_ptr<optim::Optimizer> make_opt(const std::string& kind,
+                                                  std::vector<Tensor> params) {
+  if (kind == "sgd") {
+    return std::make_unique<optim::SGD>(params,
+                                        optim::SGDOptions{.lr = 0.05, .momentum = 0.9,
+                                                          .weight_decay = 1e-3});
+  }
+  return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = 1e-2});
+}
+inline std::unique_ptr<optim::Optimizer> make_opt(const std::string& kind, nn::Module& m) {
+  return make_opt(kind, m.parameters());
+}
+
+inline double max_rel_diff(const Tensor& a, const Tensor& b) {
+  const Tensor d = abs(sub(a, b));
+  const double scale = std::max(1e-30, max(abs(b)).item());
+  return max(d).item() / scale;
+}
+
+// Worst relative difference between the parameters of two modules.
+inline double params_diff(nn::Module& a, nn::Module& b) {
+  const auto pa = a.parameters(), pb = b.parameters();
+  double worst = 0;
+  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, max_rel_diff(pa[i], pb[i]));
+  return worst;
+}
+
+}  // namespace gradus::testing

@@ -1,0 +1,115 @@
+// The parameter server and ZeRO-1 against the same one-process reference as DDP: N ranks with
+// per-rank batch B/N end where one process ends by averaging the N shard losses of batch B.
+#include "dist/data_parallel_util.h"
+
+namespace gradus::testing {
+namespace {
+
+class Strategy
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {
+ protected:
+  std::shared_ptr<dist::ProcessGroup> pg = dist::default_group();
+};
+
+TEST_P(Strategy, MatchesOneProcessOnTheWholeBatch) {
+  const auto& [mode, model_name, opt_name] = GetParam();
+  const uint64_t seed = shared_seed();
+  const int size = pg->size(), rank = pg->rank();
+  const int64_t per_rank = 4, steps = 4;
+  const Shape x_shape = model_name == "mlp" ? Shape{per_rank * size, 64}
+                                            : Shape{per_rank * size, 1, 8, 8};
+  // ZeRO does not broadcast: every rank builds rank 0's model. The parameter server must
+  // broadcast the server's: the replicas start different.
+  auto local = build(model_name, mode == "zero1" ? seed : seed + static_cast<uint64_t>(rank));
+  std::unique_ptr<optim::Optimizer> opt;
+  std::unique_ptr<dist::ParameterServer> ps;
+  if (mode == "ps") {
+    opt = make_opt(opt_name, *local);
+    ps = std::make_unique<dist::ParameterServer>(local, *opt);
+  } else {
+    opt = std::make_unique<dist::ZeroRedundancyOptimizer>(
+        local->parameters(), [&](std::vector<Tensor> shard) { return make_opt(opt_name, shard); });
+  }
+  auto ref = build(model_name, seed);
+  auto ref_opt = make_opt(opt_name, *ref);
+
+  for (int64_t s = 0; s < steps; ++s) {
+    const Batch batch = make_batch(seed + 100 + static_cast<uint64_t>(s), x_shape, 5);
+    const Batch mine = shard(batch, rank, size);
+    opt->zero_grad();
+    cross_entropy((*local)(mine.x), mine.y).backward();
+    if (ps) {
+      // Gradients are averaged over the ranks by the server, not by an all-reduce.
+      ps->step();
+    } else {
+      opt->step();
+    }
+    ref_opt->zero_grad();
+    Tensor loss;
+    for (int r = 0; r < size; ++r) {
+      const Batch part = shard(batch, r, size);
+      Tensor l = cross_entropy((*ref)(part.x), part.y);
+      loss = loss.defined() ? add(loss, l) : l;
+    }
+    mul(loss, 1.0 / size).backward();
+    ref_opt->step();
+  }
+  const double tol = model_name == "cnn" && opt_name == "adam" ? 1e-7 : 1e-12;  // see ddp_test
+  EXPECT_LT(params_diff(*local, *ref), tol) << mode << " " << model_name << " " << opt_name
+                                             << " seed " << seed;
+
+  if (mode == "zero1") {
+    auto& zero = dynamic_cast<dist::ZeroRedundancyOptimizer&>(*opt);
+    // Optimizer state per rank: 1/size of the unsharded one (up to padding).
+    uint64_t full_bytes = 0;
+    for (const auto& [k, t] : ref_opt->state_dict().tensors) {
+      full_bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
+    }
+    EXPECT_LE(zero.state_bytes(), full_bytes / static_cast<uint64_t>(size) + 64 * 8 * 4);
+    EXPECT_GE(zero.state_bytes() * static_cast<uint64_t>(size), full_bytes);
+    // The consolidated state is the unsharded optimizer's.
+    const optim::OptimizerState full = zero.consolidated_state_dict();
+    const optim::OptimizerState expected = ref_opt->state_dict();
+    ASSERT_EQ(full.tensors.size(), expected.tensors.size());
+    for (const auto& [k, t] : expected.tensors) {
+      ASSERT_TRUE(full.tensors.count(k)) << k;
+      // Absolute floor: the conv biases' Adam moments are rounding noise (see ddp_test).
+      EXPECT_TRUE(all_close(full.tensors.at(k), t, 1e-6, 1e-12)) << k;
+    }
+    for (const auto& [k, v] : expected.scalars) {
+      ASSERT_TRUE(full.scalars.count(k)) << k;
+      EXPECT_EQ(full.scalars.at(k), v) << k;
+    }
+    // Round trip into a fresh sharded optimizer: one more step matches the reference's.
+    auto again = build(model_name, seed);
+    again->load_state_dict(local->state_dict());
+    dist::ZeroRedundancyOptimizer opt2(
+        again->parameters(), [&](std::vector<Tensor> shard) { return make_opt(opt_name, shard); });
+    opt2.load_consolidated_state_dict(full);
+    const Batch batch = make_batch(seed + 999, x_shape, 5);
+    opt2.zero_grad();
+    cross_entropy((*again)(shard(batch, rank, size).x), shard(batch, rank, size).y).backward();
+    opt2.step();
+    ref_opt->zero_grad();
+    Tensor loss;
+    for (int r = 0; r < size; ++r) {
+      Tensor l = cross_entropy((*ref)(shard(batch, r, size).x), shard(batch, r, size).y);
+      loss = loss.defined() ? add(loss, l) : l;
+    }
+    mul(loss, 1.0 / size).backward();
+    ref_opt->step();
+    EXPECT_LT(params_diff(*again, *ref), tol);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PsAndZero, Strategy,
+                         ::testing::Combine(::testing::Values("ps", "zero1"),
+                                            ::testing::Values("mlp", "cnn"),
+                                            ::testing::Values("sgd", "adam")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" +
+                                  std::get<2>(info.param);
+                         });
+
+}  // namespace
+}  // namespace gradus::testing
