@@ -43,6 +43,12 @@ struct TrainOptions {
   int64_t stop_after_steps = 0;  // > 0: checkpoint and stop after this many steps (in total)
   bool detect_anomaly = false;
   bool deterministic = false;
+  // Data parallelism (docs/design.md, "Distributed"): "" (one process), ddp, ps or zero1.
+  // batch_size is the global batch in every mode; each rank trains on its share.
+  std::string dist;
+  double dist_timeout = 60.0;       // seconds any rank waits on a collective before giving up
+  std::string lr_scaling = "none";  // linear: lr * batch_size / lr_reference_batch
+  int64_t lr_reference_batch = 128;
 };
 int run_train(const TrainOptions& o);
 

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "gradus/core/device.h"
 #include "gradus/core/error.h"
+#include "gradus/dist/process_group.h"
 #include "gradus/nn/models.h"
 
 namespace {
@@ -126,6 +127,23 @@ void add_train(CLI::App& app, TrainOptions& o) {
               "Check every op's outputs and gradients for NaN/Inf and name the op (slow)");
   c->add_flag("--deterministic", o.deterministic,
               "Forbid nondeterministic kernels (CUDA atomics); the CPU is always deterministic");
+  c->add_option("--dist", o.dist,
+                "Data-parallel training over the ranks of mpirun/srun: ddp (all-reduce), ps "
+                "(parameter server on rank 0) or zero1 (sharded optimizer state)")
+      ->check(CLI::IsMember({"ddp", "ps", "zero1"}));
+  c->add_option("--dist-timeout", o.dist_timeout,
+                "Seconds a rank waits on a collective before the job stops, naming the rank "
+                "that stopped answering")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
+  c->add_option("--lr-scaling", o.lr_scaling,
+                "linear: lr x batch-size / --lr-reference-batch (use with --warmup-steps)")
+      ->check(CLI::IsMember({"none", "linear"}))
+      ->capture_default_str();
+  c->add_option("--lr-reference-batch", o.lr_reference_batch,
+                "The batch size --lr was tuned for (--lr-scaling linear)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 }
 
 void add_inspect(CLI::App& app, gradus::cli::InspectOptions& o) {
@@ -195,6 +213,12 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("inspect")) return gradus::cli::run_inspect(inspect);
     return gradus::cli::run_info();
   } catch (const std::exception& e) {  // gradus::Error and anything else: never an abort
+    if (gradus::dist::is_initialized() && gradus::dist::world_size() > 1) {
+      // The other ranks would wait for this one until their timeout: end the whole job now.
+      std::fprintf(stderr, "gradus: error on rank %d of %d: %s\n", gradus::dist::rank(),
+                   gradus::dist::world_size(), e.what());
+      gradus::dist::abort_job(1);
+    }
     std::fprintf(stderr, "gradus: error: %s\n", e.what());
     return 1;
   }

@@ -24,7 +24,9 @@
 #include <string>
 
 #include "commands.h"
+#include "gradus/core/cuda.h"
 #include "gradus/core/determinism.h"
+#include "gradus/dist/dist.h"
 #include "gradus/gradus.h"
 #include "gradus/io/io.h"
 #include "gradus/nn/models.h"
@@ -36,22 +38,23 @@ namespace gradus::cli {
 
 namespace {
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, nn::Module& model) {
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, double lr,
+                                                  std::vector<Tensor> params) {
   const bool default_decay = o.weight_decay < 0;
   if (o.optimizer == "sgd") {
-    optim::SGDOptions opts{.lr = o.lr, .momentum = o.momentum};
+    optim::SGDOptions opts{.lr = lr, .momentum = o.momentum};
     if (!default_decay) opts.weight_decay = o.weight_decay;
-    return std::make_unique<optim::SGD>(model.parameters(), opts);
+    return std::make_unique<optim::SGD>(params, opts);
   }
   if (o.optimizer == "adam") {
-    optim::AdamOptions opts{.lr = o.lr};
+    optim::AdamOptions opts{.lr = lr};
     if (!default_decay) opts.weight_decay = o.weight_decay;
-    return std::make_unique<optim::Adam>(model.parameters(), opts);
+    return std::make_unique<optim::Adam>(params, opts);
   }
   if (o.optimizer == "adamw") {
-    optim::AdamWOptions opts{.lr = o.lr};
+    optim::AdamWOptions opts{.lr = lr};
     if (!default_decay) opts.weight_decay = o.weight_decay;
-    return std::make_unique<optim::AdamW>(model.parameters(), opts);
+    return std::make_unique<optim::AdamW>(params, opts);
   }
   throw ValueError("train: unknown optimizer '" + o.optimizer + "' (expected sgd, adam or adamw)");
 }
@@ -165,12 +168,13 @@ void prune_checkpoints(const std::string& dir, int keep) {
 class Checkpointer {
  public:
   Checkpointer(const TrainOptions& o, nn::Module& model, optim::Optimizer& optimizer,
-               optim::LRScheduler* scheduler, std::string config)
+               optim::LRScheduler* scheduler, std::string config, bool writer)
       : o_(o),
         model_(model),
         optimizer_(optimizer),
         scheduler_(scheduler),
-        config_(std::move(config)) {}
+        config_(std::move(config)),
+        writer_(writer) {}
 
   bool enabled() const { return !o_.checkpoint_dir.empty(); }
 
@@ -180,6 +184,14 @@ class Checkpointer {
     if (!enabled()) return {};
     if (step == last_step_ && next == last_position_) return last_path_;
     io::TrainingState s = io::capture_training_state(model_, &optimizer_, step, scheduler_);
+    // A sharded optimizer's state is gathered (a collective: every rank is here) into the
+    // state one unsharded optimizer would have, so the checkpoint resumes at any world size.
+    if (auto* zero = dynamic_cast<dist::ZeroRedundancyOptimizer*>(&optimizer_)) {
+      s.optimizer = zero->consolidated_state_dict();
+    }
+    last_step_ = step;
+    last_position_ = next;
+    if (!writer_) return {};  // rank 0 writes for the world
     s.epoch = next.epoch;
     s.batch_index = next.batch;
     s.config = config_;
@@ -203,6 +215,7 @@ class Checkpointer {
   optim::Optimizer& optimizer_;
   optim::LRScheduler* scheduler_;
   std::string config_;
+  bool writer_;
   int64_t last_step_ = -1;
   data::LoaderPosition last_position_{-1, -1};
   std::string last_path_;
@@ -229,7 +242,7 @@ StartPoint find_start(const TrainOptions& o, const std::string& config, nn::Modu
                  "); pass --resume to continue that run, or choose an empty --checkpoint-dir");
     return start;
   }
-  const int stale = remove_stale_temp_files(o.checkpoint_dir);
+  const int stale = dist::rank() == 0 ? remove_stale_temp_files(o.checkpoint_dir) : 0;
   if (stale > 0) {
     std::fprintf(stderr, "gradus train: removed %d temp file(s) of interrupted checkpoint writes\n",
                  stale);
@@ -256,8 +269,13 @@ StartPoint find_start(const TrainOptions& o, const std::string& config, nn::Modu
   for (const std::string& note : check_resume_config(state.config, config, *latest)) {
     std::fprintf(stderr, "gradus train: warning: %s\n", note.c_str());
   }
-  io::restore_training_state(state, model, &optimizer, scheduler, /*restore_rng=*/true);
-  prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints);
+  if (auto* zero = dynamic_cast<dist::ZeroRedundancyOptimizer*>(&optimizer)) {
+    io::restore_training_state(state, model, nullptr, scheduler, /*restore_rng=*/true);
+    zero->load_consolidated_state_dict(state.optimizer);  // this rank's shard of it
+  } else {
+    io::restore_training_state(state, model, &optimizer, scheduler, /*restore_rng=*/true);
+  }
+  if (dist::rank() == 0) prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints);
   start.step = state.step;
   start.position = {state.epoch, state.batch_index};
   start.progress = load_epoch_progress(state);
@@ -273,14 +291,21 @@ StartPoint find_start(const TrainOptions& o, const std::string& config, nn::Modu
 
 int run_train(const TrainOptions& o) {
   apply_threads(o.threads);
-  const Device device = resolve_device(o.device);
+  // --dist: join the world first (every rank runs this same function on its share of each batch).
+  const bool distributed = !o.dist.empty();
+  const dist::World world = distributed ? dist::init({.timeout_seconds = o.dist_timeout})
+                                        : dist::World{};
+  const bool lead = world.rank == 0;  // logs, metrics, checkpoints and --save
+  Device device = resolve_device(o.device);
+  // Each rank of a host uses its own GPU (dist::init made it the current device).
+  if (distributed && device.is_cuda()) device = Device::cuda(cuda::current_device());
   manual_seed(o.seed);
   set_deterministic(o.deterministic);
   if (o.detect_anomaly) set_detect_anomaly(true);
 
   // Fail on an unwritable metrics file or --save path before spending time on training.
   std::ofstream metrics;
-  if (!o.metrics.empty()) {
+  if (!o.metrics.empty() && lead) {
     metrics.open(o.metrics, std::ios::app);
     GRADUS_CHECK(metrics.good(), IOError, "train: cannot open the metrics file '", o.metrics,
                  "' for appending");
@@ -320,13 +345,45 @@ int run_train(const TrainOptions& o) {
                     : nn::make_model(o.model);
   model->to(device);
   model->train();
-  std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, *model);
+  // --lr-scaling linear: the rule for large global batches (Goyal et al.), with --warmup-steps.
+  const double lr = o.lr_scaling == "linear" ? o.lr * static_cast<double>(o.batch_size) /
+                                                   static_cast<double>(o.lr_reference_batch)
+                                             : o.lr;
+  std::unique_ptr<optim::Optimizer> optimizer;
+  std::shared_ptr<nn::Module> net = model;  // what the forward pass runs
+  std::unique_ptr<dist::ParameterServer> server;
+  if (o.dist == "zero1") {
+    // Every rank starts from rank 0's weights (the seed makes them equal; this makes it certain).
+    auto group = dist::default_group();
+    std::vector<dist::WorkPtr> works;
+    const nn::StateDict state = model->state_dict();
+    for (const auto& [name, t] : state) works.push_back(group->broadcast(t.detach(), 0, name));
+    dist::wait_all(works);
+    optimizer = std::make_unique<dist::ZeroRedundancyOptimizer>(
+        model->parameters(),
+        [&](std::vector<Tensor> shard) { return make_optimizer(o, lr, std::move(shard)); });
+  } else {
+    optimizer = make_optimizer(o, lr, model->parameters());
+  }
+  if (o.dist == "ddp") net = std::make_shared<dist::DistributedDataParallel>(model);
+  if (o.dist == "ps") server = std::make_unique<dist::ParameterServer>(model, *optimizer);
+  // BatchNorm statistics follow rank 0's before every forward (DDP does this itself).
+  auto sync_buffers = [&] {
+    if (o.dist != "zero1" || world.size == 1) return;
+    std::vector<dist::WorkPtr> works;
+    for (const Tensor& b : model->buffers()) {
+      works.push_back(dist::default_group()->broadcast(b.detach(), 0, "buffers"));
+    }
+    dist::wait_all(works);
+  };
 
   data::DataLoader train_loader(train_set, {.batch_size = o.batch_size,
                                             .shuffle = true,
                                             .seed = o.seed,
                                             .device = device,
-                                            .num_workers = o.workers});
+                                            .num_workers = o.workers,
+                                            .rank = world.rank,
+                                            .world_size = distributed ? world.size : 1});
   data::DataLoader test_loader(test_set, {.batch_size = std::max<int64_t>(o.batch_size, 500),
                                           .device = device,
                                           .num_workers = o.workers});
@@ -334,20 +391,26 @@ int run_train(const TrainOptions& o) {
   const int64_t total_steps = steps_per_epoch * o.epochs;
   std::fprintf(stderr,
                "gradus train: model %s (%lld parameters), %s %lld train / %lld test examples, "
-               "device %s, %d threads, %s lr %g, batch %lld, %d epochs%s%s\n",
+               "device %s, %d threads, %s lr %g, batch %lld, %d epochs%s%s%s\n",
                o.model.c_str(), static_cast<long long>(model->num_parameters()), o.data.c_str(),
                static_cast<long long>(train_set->size()), static_cast<long long>(test_set->size()),
-               device.str().c_str(), get_num_threads(), o.optimizer.c_str(), o.lr,
+               device.str().c_str(), get_num_threads(), o.optimizer.c_str(), lr,
                static_cast<long long>(o.batch_size), o.epochs,
                o.deterministic ? ", deterministic" : "",
-               o.detect_anomaly ? ", anomaly detection on" : "");
+               o.detect_anomaly ? ", anomaly detection on" : "",
+               distributed ? (", --dist " + o.dist + " over " + std::to_string(world.size) +
+                              " rank(s) (" + world.launcher + "), " +
+                              std::to_string(o.batch_size / world.size) + " examples per rank")
+                                 .c_str()
+                           : "");
 
   const std::shared_ptr<optim::LRScheduler> scheduler =
       make_scheduler(o, *optimizer, total_steps, steps_per_epoch);
 
   const std::string config = run_config_json(o, get_num_threads(), device.str());
+  if (!lead) std::freopen("/dev/null", "w", stdout);  // one voice: rank 0 reports
   const StartPoint start = find_start(o, config, *model, *optimizer, scheduler.get());
-  Checkpointer checkpoints(o, *model, *optimizer, scheduler.get(), config);
+  Checkpointer checkpoints(o, *model, *optimizer, scheduler.get(), config, lead);
   if (!start.path.empty()) checkpoints.loaded(start.step, start.position, start.path);
   if (checkpoints.enabled()) install_stop_handlers();
 
@@ -372,24 +435,39 @@ int run_train(const TrainOptions& o) {
     const bool resumed_epoch = epoch == start.position.epoch;
     train_loader.set_position(resumed_epoch ? start.position : data::LoaderPosition{epoch, 0});
     Progress bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs),
-                 steps_per_epoch, !o.no_progress);
+                 steps_per_epoch, !o.no_progress && lead);
     // Sums over the examples of this epoch (restored mid-epoch so the summary matches).
     EpochProgress progress = resumed_epoch ? start.progress : EpochProgress{};
     int64_t samples_here = 0;  // trained by this process (for samples/s)
     for (data::Example& batch : train_loader) {
       const double lr = optimizer->lr();
       optimizer->zero_grad();
-      const Tensor loss = cross_entropy((*model)(batch.input), batch.target);
+      sync_buffers();
+      const Tensor loss = cross_entropy((*net)(batch.input), batch.target);
       loss.backward();
-      optimizer->step();
+      if (server) {
+        server->step();
+      } else {
+        optimizer->step();
+      }
       if (scheduler) scheduler->step();
       ++step;
       const data::LoaderPosition next = train_loader.position();  // (epoch, this batch + 1)
-      const double value = loss.item();
+      double value = loss.item();
+      if (distributed) {
+        // The global loss (mean of the ranks' shares), and a stop request on any rank stops
+        // every rank after this same step.
+        Tensor shared = tensor({value, g_stop_signal != 0 ? static_cast<double>(g_stop_signal) : 0.0},
+                               {2}, {.dtype = DType::f64});
+        dist::default_group()->all_reduce(shared, dist::ReduceOp::sum, "loss")->wait();
+        const std::vector<double> v = shared.to_vector<double>();
+        value = v[0] / world.size;
+        if (v[1] != 0 && g_stop_signal == 0) g_stop_signal = SIGTERM;
+      }
       GRADUS_CHECK(std::isfinite(value), ValueError, "train: the loss became ", value, " at epoch ",
                    epoch + 1, ", step ", step, ": training diverged; lower --lr (now ", lr,
                    ") or add --warmup-steps; --detect-anomaly names the op that produced it");
-      const int64_t n = batch.target.size(0);
+      const int64_t n = batch.target.size(0) * world.size;  // the global batch
       progress.loss_sum += value * static_cast<double>(n);
       progress.samples += n;
       progress.last_lr = lr;
@@ -444,7 +522,7 @@ int run_train(const TrainOptions& o) {
   // The final state (a --resume of a finished run finds nothing left to do).
   checkpoints.save(step, {std::max<int64_t>(o.epochs, start.position.epoch), 0}, {});
   if (!evaluated) result = evaluate(*model, test_loader);  // resumed after the last epoch
-  if (!o.save.empty()) {
+  if (!o.save.empty() && lead) {
     io::save_module(*model, o.save, {{"format", "pt"}, {"gradus.model", o.model}});
     std::fprintf(stderr, "gradus train: wrote the final weights to %s\n", o.save.c_str());
   }
