@@ -12,6 +12,7 @@
 #include "gradus/core/tensor.h"
 #include "gradus/core/threads.h"
 #include "gradus/data/data.h"
+#include "gradus/dist/dist.h"
 #include "gradus/io/io.h"
 #include "gradus/nn/nn.h"
 #include "gradus/ops.h"
