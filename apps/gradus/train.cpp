@@ -39,7 +39,7 @@ namespace gradus::cli {
 namespace {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, double lr,
-                                                  std::vector<Tensor> params) {
+                                                 std::vector<Tensor> params) {
   const bool default_decay = o.weight_decay < 0;
   if (o.optimizer == "sgd") {
     optim::SGDOptions opts{.lr = lr, .momentum = o.momentum};
@@ -293,8 +293,8 @@ int run_train(const TrainOptions& o) {
   apply_threads(o.threads);
   // --dist: join the world first (every rank runs this same function on its share of each batch).
   const bool distributed = !o.dist.empty();
-  const dist::World world = distributed ? dist::init({.timeout_seconds = o.dist_timeout})
-                                        : dist::World{};
+  const dist::World world =
+      distributed ? dist::init({.timeout_seconds = o.dist_timeout}) : dist::World{};
   const bool lead = world.rank == 0;  // logs, metrics, checkpoints and --save
   Device device = resolve_device(o.device);
   // Each rank of a host uses its own GPU (dist::init made it the current device).
@@ -457,8 +457,9 @@ int run_train(const TrainOptions& o) {
       if (distributed) {
         // The global loss (mean of the ranks' shares), and a stop request on any rank stops
         // every rank after this same step.
-        Tensor shared = tensor({value, g_stop_signal != 0 ? static_cast<double>(g_stop_signal) : 0.0},
-                               {2}, {.dtype = DType::f64});
+        Tensor shared =
+            tensor({value, g_stop_signal != 0 ? static_cast<double>(g_stop_signal) : 0.0}, {2},
+                   {.dtype = DType::f64});
         dist::default_group()->all_reduce(shared, dist::ReduceOp::sum, "loss")->wait();
         const std::vector<double> v = shared.to_vector<double>();
         value = v[0] / world.size;

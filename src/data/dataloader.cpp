@@ -224,10 +224,10 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions optio
                options_.prefetch);
   GRADUS_CHECK(options_.num_workers >= 0, ValueError, "DataLoader: num_workers must be >= 0, got ",
                options_.num_workers);
-  GRADUS_CHECK(options_.world_size >= 1 && options_.rank >= 0 &&
-                   options_.rank < options_.world_size,
-               ValueError, "DataLoader: rank ", options_.rank, " is not in a world of ",
-               options_.world_size);
+  GRADUS_CHECK(
+      options_.world_size >= 1 && options_.rank >= 0 && options_.rank < options_.world_size,
+      ValueError, "DataLoader: rank ", options_.rank, " is not in a world of ",
+      options_.world_size);
   GRADUS_CHECK(options_.batch_size % options_.world_size == 0, ValueError,
                "DataLoader: the global batch_size ", options_.batch_size,
                " is not divisible by the world size ", options_.world_size,

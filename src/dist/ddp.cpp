@@ -18,16 +18,17 @@ void check_same_model(ProcessGroup& group, const std::vector<Tensor>& params) {
     numel += p.numel();
     signature = signature * 1000003 + p.numel() * 31 + static_cast<int64_t>(p.dtype());
   }
-  Tensor hi = from_vector(std::vector<int64_t>{count, numel, signature}, {3}, {.dtype = DType::i64});
+  Tensor hi =
+      from_vector(std::vector<int64_t>{count, numel, signature}, {3}, {.dtype = DType::i64});
   Tensor lo = hi.clone();
   wait_all({group.all_reduce(hi, ReduceOp::max, "model signature"),
             group.all_reduce(lo, ReduceOp::min, "model signature")});
   const std::vector<int64_t> h = hi.to_vector<int64_t>(), l = lo.to_vector<int64_t>();
-  GRADUS_CHECK(h == l, DistError, "DistributedDataParallel: the ranks hold different models: ",
-               "rank ", group.rank(), " has ", count, " parameters with ", numel,
-               " elements; across the ranks the counts range over [", l[0], ", ", h[0],
-               "] and the elements over [", l[1], ", ", h[1],
-               "]. Build the same model on every rank");
+  GRADUS_CHECK(
+      h == l, DistError, "DistributedDataParallel: the ranks hold different models: ", "rank ",
+      group.rank(), " has ", count, " parameters with ", numel,
+      " elements; across the ranks the counts range over [", l[0], ", ", h[0],
+      "] and the elements over [", l[1], ", ", h[1], "]. Build the same model on every rank");
 }
 
 }  // namespace

@@ -210,7 +210,8 @@ std::string MpiWork::describe() const {
     os << " of ";
     if (!label.empty()) os << "'" << label << "' ";
     os << "(" << dtype_name(tensor.dtype()) << " " << shape_str(tensor.sizes()) << ", "
-       << human_bytes(static_cast<double>(tensor.numel()) * static_cast<double>(tensor.element_size()))
+       << human_bytes(static_cast<double>(tensor.numel()) *
+                      static_cast<double>(tensor.element_size()))
        << ")";
   }
   os << " [collective #" << seq << "]";
@@ -235,8 +236,8 @@ void MpiWork::wait() {
   std::unique_lock<std::mutex> lock(mutex_);
   // The communication thread enforces the timeout and reports with a diagnosis; this deadline
   // only guards against that thread itself being stuck inside MPI.
-  const auto deadline = issued + std::chrono::duration_cast<Clock::duration>(timeout) +
-                        std::chrono::seconds(10);
+  const auto deadline =
+      issued + std::chrono::duration_cast<Clock::duration>(timeout) + std::chrono::seconds(10);
   if (!done_cv_.wait_until(lock, deadline, [&] { return done_; })) {
     throw DistError("dist: " + describe() + " on rank " + std::to_string(comm_rank) +
                     " did not complete and the communication thread stopped reporting (stuck "
@@ -344,9 +345,9 @@ void MpiEngine::start(const std::shared_ptr<MpiWork>& w) {
         break;
       case OpKind::all_gather: {
         const int chunk = static_cast<int>(work.input.numel());
-        const char* own = static_cast<const char*>(data) +
-                          static_cast<size_t>(work.comm_rank) * static_cast<size_t>(chunk) *
-                              work.tensor.element_size();
+        const char* own = static_cast<const char*>(data) + static_cast<size_t>(work.comm_rank) *
+                                                               static_cast<size_t>(chunk) *
+                                                               work.tensor.element_size();
         const bool in_place = work.input.raw_data() == own;
         rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : work.input.raw_data(), chunk, type, data,
                             chunk, type, comm, &work.request);

@@ -23,7 +23,16 @@ namespace gradus::dist::detail {
 
 using Clock = std::chrono::steady_clock;
 
-enum class OpKind { all_reduce, broadcast, reduce, reduce_scatter, all_gather, send, recv, barrier };
+enum class OpKind {
+  all_reduce,
+  broadcast,
+  reduce,
+  reduce_scatter,
+  all_gather,
+  send,
+  recv,
+  barrier
+};
 const char* op_kind_name(OpKind kind);
 
 class MpiEngine;

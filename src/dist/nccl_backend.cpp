@@ -161,12 +161,10 @@ class Nccl final : public NcclBackend {
                                nccl_op(op), comm_, stream_);
     });
   }
-  WorkPtr all_gather(const Tensor& output, const Tensor& input,
-                     const std::string& label) override {
+  WorkPtr all_gather(const Tensor& output, const Tensor& input, const std::string& label) override {
     return launch("all_gather", label, output, input, [&] {
-      return ncclAllGather(input.raw_data(), output.raw_data(),
-                           static_cast<size_t>(input.numel()), nccl_type(input.dtype()), comm_,
-                           stream_);
+      return ncclAllGather(input.raw_data(), output.raw_data(), static_cast<size_t>(input.numel()),
+                           nccl_type(input.dtype()), comm_, stream_);
     });
   }
   WorkPtr send(const Tensor& t, int dst, const std::string& label) override {
@@ -194,11 +192,13 @@ class Nccl final : public NcclBackend {
   WorkPtr launch(const char* op, const std::string& label, const Tensor& a, const Tensor& b,
                  F&& call) {
     const std::string what = std::string(op) + (label.empty() ? "" : " of '" + label + "'") +
-                             " on rank " + std::to_string(rank_) + " (NCCL, cuda:" +
-                             std::to_string(a.device().index()) + ")";
+                             " on rank " + std::to_string(rank_) +
+                             " (NCCL, cuda:" + std::to_string(a.device().index()) + ")";
     GRADUS_CHECK(a.device().index() == device_, DeviceError, "dist: ", what,
-                 ": the tensor is on cuda:", a.device().index(), " but this rank's NCCL "
-                 "communicator is on cuda:", device_);
+                 ": the tensor is on cuda:", a.device().index(),
+                 " but this rank's NCCL "
+                 "communicator is on cuda:",
+                 device_);
     // The communication stream starts after what the compute stream has queued so far.
     cudaEvent_t ready = nullptr;
     check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "dist: " + what);

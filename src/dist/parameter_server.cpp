@@ -36,7 +36,8 @@ ParameterServer::ParameterServer(std::shared_ptr<nn::Module> model, optim::Optim
     l->plan = plan;
     l->flat = detail::allocate_flat(plan);
     if (is_server()) {
-      for (int r = 0; r + 1 < group_->size(); ++r) l->incoming.push_back(detail::allocate_flat(plan));
+      for (int r = 0; r + 1 < group_->size(); ++r)
+        l->incoming.push_back(detail::allocate_flat(plan));
     }
     layouts_.push_back(std::move(l));
   }
@@ -78,8 +79,7 @@ void ParameterServer::step() {
     wait_all(works);
     works.clear();
     for (size_t i = 0; i < layouts_.size(); ++i) {
-      works.push_back(group_->recv(layouts_[i]->flat, server,
-                                   kParameterTag + static_cast<int>(i),
+      works.push_back(group_->recv(layouts_[i]->flat, server, kParameterTag + static_cast<int>(i),
                                    "parameters from the parameter server"));
     }
     wait_all(works);

@@ -74,23 +74,20 @@ class WorldGroup final : public ProcessGroup {
     check(input, "reduce_scatter", label, op);
     check_pair(output, input, "reduce_scatter", label);
     GRADUS_CHECK(input.numel() == output.numel() * size_, ShapeError, "dist::reduce_scatter",
-                 named(label), ": the input has ", input.numel(), " elements, expected ",
-                 size_, " ranks x ", output.numel(), " (the output's size) = ",
-                 output.numel() * size_);
+                 named(label), ": the input has ", input.numel(), " elements, expected ", size_,
+                 " ranks x ", output.numel(), " (the output's size) = ", output.numel() * size_);
     if (input.is_cuda()) return nccl().reduce_scatter(output, input, op, label);
     if (!uses_mpi_) return done(output, input);
     return submit(OpKind::reduce_scatter, output, input, 0, 0, op, label);
   }
 
-  WorkPtr all_gather(const Tensor& output, const Tensor& input,
-                     const std::string& label) override {
+  WorkPtr all_gather(const Tensor& output, const Tensor& input, const std::string& label) override {
     check(output, "all_gather", label);
     check(input, "all_gather", label);
     check_pair(output, input, "all_gather", label);
     GRADUS_CHECK(output.numel() == input.numel() * size_, ShapeError, "dist::all_gather",
-                 named(label), ": the output has ", output.numel(), " elements, expected ",
-                 size_, " ranks x ", input.numel(), " (the input's size) = ",
-                 input.numel() * size_);
+                 named(label), ": the output has ", output.numel(), " elements, expected ", size_,
+                 " ranks x ", input.numel(), " (the input's size) = ", input.numel() * size_);
     if (input.is_cuda()) return nccl().all_gather(output, input, label);
     if (!uses_mpi_) return done(output, input);
     return submit(OpKind::all_gather, output, input, 0, 0, ReduceOp::sum, label);
@@ -130,17 +127,17 @@ class WorldGroup final : public ProcessGroup {
 
   void check(const Tensor& t, const char* op, const std::string& label,
              ReduceOp reduce = ReduceOp::sum) const {
-    const std::string where = std::string("dist::") + op + named(label) + " on rank " +
-                              std::to_string(rank_);
+    const std::string where =
+        std::string("dist::") + op + named(label) + " on rank " + std::to_string(rank_);
     GRADUS_CHECK(t.defined(), ValueError, where, ": the tensor is undefined");
-    GRADUS_CHECK(t.is_contiguous(), ValueError, where, ": the tensor ",
-                 shape_str(t.sizes()), " is not contiguous (call .contiguous() first)");
-    GRADUS_CHECK(is_float(t.dtype()) || t.dtype() == DType::i32 || t.dtype() == DType::i64 ||
-                     ((t.dtype() == DType::u8) && (std::string(op) == "broadcast" ||
-                                                   std::string(op) == "send" ||
-                                                   std::string(op) == "recv")),
-                 DTypeError, where, ": dtype ", dtype_name(t.dtype()),
-                 " is not supported (f32, f64, f16, bf16, i32, i64)");
+    GRADUS_CHECK(t.is_contiguous(), ValueError, where, ": the tensor ", shape_str(t.sizes()),
+                 " is not contiguous (call .contiguous() first)");
+    GRADUS_CHECK(
+        is_float(t.dtype()) || t.dtype() == DType::i32 || t.dtype() == DType::i64 ||
+            ((t.dtype() == DType::u8) && (std::string(op) == "broadcast" ||
+                                          std::string(op) == "send" || std::string(op) == "recv")),
+        DTypeError, where, ": dtype ", dtype_name(t.dtype()),
+        " is not supported (f32, f64, f16, bf16, i32, i64)");
     GRADUS_CHECK(reduce != ReduceOp::avg || is_float(t.dtype()), DTypeError, where,
                  ": avg needs a floating tensor, got ", dtype_name(t.dtype()));
     GRADUS_CHECK(t.numel() <= INT_MAX, ValueError, where, ": ", t.numel(),
@@ -149,9 +146,9 @@ class WorldGroup final : public ProcessGroup {
 
   void check_pair(const Tensor& output, const Tensor& input, const char* op,
                   const std::string& label) const {
-    GRADUS_CHECK(output.dtype() == input.dtype() && output.device() == input.device(),
-                 ValueError, "dist::", op, named(label), ": output (", dtype_name(output.dtype()),
-                 ", ", output.device().str(), ") and input (", dtype_name(input.dtype()), ", ",
+    GRADUS_CHECK(output.dtype() == input.dtype() && output.device() == input.device(), ValueError,
+                 "dist::", op, named(label), ": output (", dtype_name(output.dtype()), ", ",
+                 output.device().str(), ") and input (", dtype_name(input.dtype()), ", ",
                  input.device().str(), ") differ in dtype or device");
   }
 
@@ -178,8 +175,8 @@ class WorldGroup final : public ProcessGroup {
     return std::make_shared<DoneWork>();
   }
 
-  WorkPtr submit(OpKind kind, const Tensor& t, const Tensor& input, int peer, int tag,
-                 ReduceOp op, const std::string& label) {
+  WorkPtr submit(OpKind kind, const Tensor& t, const Tensor& input, int peer, int tag, ReduceOp op,
+                 const std::string& label) {
     auto work = std::make_shared<MpiWork>();
     work->kind = kind;
     work->tensor = t;
@@ -194,8 +191,7 @@ class WorldGroup final : public ProcessGroup {
     work->timeout = timeout_;
     work->issued = Clock::now();
     ++collectives_;
-    const uint64_t bytes =
-        t.defined() ? static_cast<uint64_t>(t.numel()) * t.element_size() : 0;
+    const uint64_t bytes = t.defined() ? static_cast<uint64_t>(t.numel()) * t.element_size() : 0;
     if (kind == OpKind::send) {
       bytes_sent_ += bytes;
     } else if (kind == OpKind::recv) {

@@ -48,8 +48,8 @@ std::string detect_launcher() {
 
 void check_mpi(int rc, const char* call) {
   if (rc != MPI_SUCCESS) {
-    throw DistError(std::string("dist::init: ") + call + " failed: " +
-                    detail::mpi_error_string(rc));
+    throw DistError(std::string("dist::init: ") + call +
+                    " failed: " + detail::mpi_error_string(rc));
   }
 }
 
@@ -97,8 +97,8 @@ const World& init(const InitOptions& options) {
     MPI_Comm_rank(MPI_COMM_WORLD, &s.world.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &s.world.size);
     MPI_Comm node = MPI_COMM_NULL;
-    check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s.world.rank,
-                                  MPI_INFO_NULL, &node),
+    check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s.world.rank, MPI_INFO_NULL,
+                                  &node),
               "MPI_Comm_split_type");
     MPI_Comm_rank(node, &s.world.local_rank);
     MPI_Comm_size(node, &s.world.local_size);

@@ -9,8 +9,8 @@ namespace gradus::dist {
 // The flat parameters and gradients of one dtype/device, and this rank's shard of them.
 struct ZeroRedundancyOptimizer::Buffer {
   detail::FlatLayout plan;
-  Tensor params;      // [padded]: every parameter is a view of it
-  Tensor grads;       // [padded]: every parameter's .grad is a view of it
+  Tensor params;       // [padded]: every parameter is a view of it
+  Tensor grads;        // [padded]: every parameter's .grad is a view of it
   Tensor shard_param;  // leaf view of params [begin, end): what the local optimizer updates
   Tensor shard_grad;   // [shard]: reduce-scatter output, the shard_param's .grad
   Shard shard;
@@ -94,8 +94,8 @@ void ZeroRedundancyOptimizer::step() {
   }
   std::vector<WorkPtr> works;
   for (auto& b : buffers_) {
-    works.push_back(group_->reduce_scatter(b->shard_grad, b->grads, ReduceOp::avg,
-                                           "ZeRO gradient shard"));
+    works.push_back(
+        group_->reduce_scatter(b->shard_grad, b->grads, ReduceOp::avg, "ZeRO gradient shard"));
   }
   wait_all(works);
   works.clear();
@@ -172,7 +172,8 @@ optim::OptimizerState ZeroRedundancyOptimizer::consolidated_state_dict() {
     }
     auto step = local.scalars.find(prefix + "step");
     if (step != local.scalars.end()) {
-      for (size_t i : buf.plan.params) full.scalars["state." + std::to_string(i) + ".step"] = step->second;
+      for (size_t i : buf.plan.params)
+        full.scalars["state." + std::to_string(i) + ".step"] = step->second;
     }
   }
   return full;
@@ -218,7 +219,8 @@ void ZeroRedundancyOptimizer::load_consolidated_state_dict(const optim::Optimize
           flat.slice(0, buf.shard.begin, buf.shard.end).clone();
     }
     auto step = full.scalars.find(first_prefix + "step");
-    if (step != full.scalars.end()) local.scalars["state." + std::to_string(b) + ".step"] = step->second;
+    if (step != full.scalars.end())
+      local.scalars["state." + std::to_string(b) + ".step"] = step->second;
   }
   local_->load_state_dict(local);
 }

@@ -274,8 +274,9 @@ TEST(Dataset, DefaultGetBatchStacks) {
 namespace gradus::data {
 namespace {
 
-// Sharding: the ranks' shares of each global batch are disjoint, contiguous slices of the one-process
-// batch; together they are exactly it. The incomplete final global batch is dropped everywhere.
+// Sharding: the ranks' shares of each global batch are disjoint, contiguous slices of the
+// one-process batch; together they are exactly it. The incomplete final global batch is dropped
+// everywhere.
 TEST(DataLoaderSharding, RanksSplitEachGlobalBatchOfTheSameOrder) {
   const uint64_t seed = testing::fresh_seed();
   for (int world : {2, 3, 4}) {
@@ -284,9 +285,12 @@ TEST(DataLoaderSharding, RanksSplitEachGlobalBatchOfTheSameOrder) {
     DataLoader whole(ds, {.batch_size = global, .shuffle = true, .seed = seed, .num_workers = 0});
     std::vector<std::unique_ptr<DataLoader>> ranks;
     for (int r = 0; r < world; ++r) {
-      ranks.push_back(std::make_unique<DataLoader>(
-          ds, DataLoaderOptions{.batch_size = global, .shuffle = true, .seed = seed,
-                                .num_workers = 1, .rank = r, .world_size = world}));
+      ranks.push_back(std::make_unique<DataLoader>(ds, DataLoaderOptions{.batch_size = global,
+                                                                         .shuffle = true,
+                                                                         .seed = seed,
+                                                                         .num_workers = 1,
+                                                                         .rank = r,
+                                                                         .world_size = world}));
     }
     for (int64_t epoch = 0; epoch < 2; ++epoch) {
       whole.set_epoch(epoch);

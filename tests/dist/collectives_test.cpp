@@ -61,8 +61,8 @@ TEST_F(Collectives, AllReduceEveryOpDtypeAndSize) {
         Tensor t = input_of(seed, rank, n, dtype);
         pg->all_reduce(t, op, "x")->wait();
         const Tensor expected = reference(seed, size, n, dtype, op);
-        EXPECT_TRUE(all_close(t.to(DType::f64), expected, tolerance(dtype, size),
-                              tolerance(dtype, size)))
+        EXPECT_TRUE(
+            all_close(t.to(DType::f64), expected, tolerance(dtype, size), tolerance(dtype, size)))
             << dtype_name(dtype) << " " << dist::reduce_op_name(op) << " n=" << n
             << " seed=" << seed;
       }
@@ -90,8 +90,8 @@ TEST_F(Collectives, BroadcastFromEveryRoot) {
       for (int64_t n : {0, 3, 4097}) {
         Tensor t = input_of(seed, rank, n, dtype);
         pg->broadcast(t, root, "b")->wait();
-        EXPECT_TRUE(all_close(t.to(DType::f64), input_of(seed, root, n, dtype).to(DType::f64),
-                              0, 0))
+        EXPECT_TRUE(
+            all_close(t.to(DType::f64), input_of(seed, root, n, dtype).to(DType::f64), 0, 0))
             << dtype_name(dtype) << " root " << root;
       }
     }
@@ -124,8 +124,8 @@ TEST_F(Collectives, ReduceScatterGivesEachRankItsChunk) {
         Tensor out = full({chunk}, 12345.0, {.dtype = dtype});  // poisoned
         pg->reduce_scatter(out, in, op)->wait();
         const Tensor full_ref = reference(seed, size, n, dtype, op);
-        EXPECT_TRUE(all_close(out.to(DType::f64), full_ref.slice(0, rank * chunk,
-                                                                 (rank + 1) * chunk),
+        EXPECT_TRUE(all_close(out.to(DType::f64),
+                              full_ref.slice(0, rank * chunk, (rank + 1) * chunk),
                               tolerance(dtype, size), tolerance(dtype, size)))
             << dtype_name(dtype) << " " << dist::reduce_op_name(op) << " chunk " << chunk;
       }
@@ -168,8 +168,8 @@ TEST_F(Collectives, SendRecvRing) {
     dist::WorkPtr r = pg->recv(in, prev, 3, "ring");
     dist::WorkPtr s = pg->send(out, next, 3, "ring");
     dist::wait_all({r, s});
-    EXPECT_TRUE(all_close(in.to(DType::f64), input_of(seed, prev, 517, dtype).to(DType::f64), 0,
-                          0));
+    EXPECT_TRUE(
+        all_close(in.to(DType::f64), input_of(seed, prev, 517, dtype).to(DType::f64), 0, 0));
   }
 }
 
@@ -191,7 +191,7 @@ TEST_F(Collectives, AsynchronousWorkCompletesInOrder) {
 }
 
 TEST_F(Collectives, BadArgumentsGiveClearErrors) {
-  EXPECT_THROW(pg->broadcast(zeros({2}), size), ValueError);  // root outside the world
+  EXPECT_THROW(pg->broadcast(zeros({2}), size), ValueError);    // root outside the world
   EXPECT_THROW(pg->all_reduce(zeros({4, 4}).t()), ValueError);  // not contiguous
   EXPECT_THROW(pg->all_reduce(Tensor()), ValueError);
   EXPECT_THROW(pg->send(zeros({2}), rank), ValueError);  // to itself

@@ -40,9 +40,8 @@ inline std::shared_ptr<nn::Module> build(const std::string& name, uint64_t seed)
 inline std::unique_ptr<optim::Optimizer> make_opt(const std::string& kind,
                                                   std::vector<Tensor> params) {
   if (kind == "sgd") {
-    return std::make_unique<optim::SGD>(params,
-                                        optim::SGDOptions{.lr = 0.05, .momentum = 0.9,
-                                                          .weight_decay = 1e-3});
+    return std::make_unique<optim::SGD>(
+        params, optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3});
   }
   return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = 1e-2});
 }

@@ -19,8 +19,8 @@ TEST_P(DDP, MatchesOneProcessOnTheWholeBatch) {
   const uint64_t seed = shared_seed();
   const int size = pg->size(), rank = pg->rank();
   const int64_t per_rank = 4, steps = 4;
-  const Shape x_shape = model_name == "mlp" ? Shape{per_rank * size, 64}
-                                            : Shape{per_rank * size, 1, 8, 8};
+  const Shape x_shape =
+      model_name == "mlp" ? Shape{per_rank * size, 64} : Shape{per_rank * size, 1, 8, 8};
 
   // Replicas start different: DDP must broadcast rank 0's parameters.
   auto local = build(model_name, seed + static_cast<uint64_t>(rank));
@@ -72,8 +72,8 @@ TEST_P(DDP, MatchesOneProcessOnTheWholeBatch) {
     for (const Tensor& b : local->buffers()) {
       if (b.dtype() != DType::f64) continue;
       Tensor hi = b.clone(), lo = b.clone();
-      dist::wait_all({pg->all_reduce(hi, dist::ReduceOp::max),
-                      pg->all_reduce(lo, dist::ReduceOp::min)});
+      dist::wait_all(
+          {pg->all_reduce(hi, dist::ReduceOp::max), pg->all_reduce(lo, dist::ReduceOp::min)});
       EXPECT_EQ(max_rel_diff(hi, lo), 0.0);
     }
   }

@@ -16,8 +16,8 @@ TEST_P(Strategy, MatchesOneProcessOnTheWholeBatch) {
   const uint64_t seed = shared_seed();
   const int size = pg->size(), rank = pg->rank();
   const int64_t per_rank = 4, steps = 4;
-  const Shape x_shape = model_name == "mlp" ? Shape{per_rank * size, 64}
-                                            : Shape{per_rank * size, 1, 8, 8};
+  const Shape x_shape =
+      model_name == "mlp" ? Shape{per_rank * size, 64} : Shape{per_rank * size, 1, 8, 8};
   // ZeRO does not broadcast: every rank builds rank 0's model. The parameter server must
   // broadcast the server's: the replicas start different.
   auto local = build(model_name, mode == "zero1" ? seed : seed + static_cast<uint64_t>(rank));
@@ -55,8 +55,8 @@ TEST_P(Strategy, MatchesOneProcessOnTheWholeBatch) {
     ref_opt->step();
   }
   const double tol = model_name == "cnn" && opt_name == "adam" ? 1e-7 : 1e-12;  // see ddp_test
-  EXPECT_LT(params_diff(*local, *ref), tol) << mode << " " << model_name << " " << opt_name
-                                             << " seed " << seed;
+  EXPECT_LT(params_diff(*local, *ref), tol)
+      << mode << " " << model_name << " " << opt_name << " seed " << seed;
 
   if (mode == "zero1") {
     auto& zero = dynamic_cast<dist::ZeroRedundancyOptimizer&>(*opt);

@@ -46,9 +46,9 @@ struct DDPOptions {
 };
 
 struct DDPStats {
-  int64_t backward_passes = 0;    // synchronised ones
+  int64_t backward_passes = 0;  // synchronised ones
   int64_t buckets_reduced = 0;
-  double wait_seconds = 0;        // host time blocked at the end of backward on communication
+  double wait_seconds = 0;  // host time blocked at the end of backward on communication
   double last_wait_seconds = 0;
 };
 

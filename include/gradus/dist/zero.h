@@ -19,8 +19,8 @@
 
 #include <functional>
 #include <map>
-#include <string>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gradus/dist/process_group.h"
