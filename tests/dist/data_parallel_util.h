@@ -63,4 +63,17 @@ inline double params_diff(nn::Module& a, nn::Module& b) {
   return worst;
 }
 
+// The one-process reference step: the mean of the shards' losses of `batch`, one optimizer step.
+inline void reference_step(nn::Module& ref, optim::Optimizer& opt, const Batch& batch, int size) {
+  opt.zero_grad();
+  Tensor loss;
+  for (int r = 0; r < size; ++r) {
+    const Batch part = shard(batch, r, size);
+    Tensor l = cross_entropy(ref(part.x), part.y);
+    loss = loss.defined() ? add(loss, l) : l;
+  }
+  mul(loss, 1.0 / size).backward();
+  opt.step();
+}
+
 }  // namespace gradus::testing

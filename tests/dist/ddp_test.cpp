@@ -36,15 +36,7 @@ TEST_P(DDP, MatchesOneProcessOnTheWholeBatch) {
     cross_entropy((*ddp)(mine.x), mine.y).backward();
     opt->step();
 
-    ref_opt->zero_grad();
-    Tensor loss;
-    for (int r = 0; r < size; ++r) {
-      const Batch part = shard(batch, r, size);
-      Tensor l = cross_entropy((*ref)(part.x), part.y);
-      loss = loss.defined() ? add(loss, l) : l;
-    }
-    mul(loss, 1.0 / size).backward();
-    ref_opt->step();
+    reference_step(*ref, *ref_opt, batch, size);
   }
   // Adam on the CNN: the convolution biases feed BatchNorm, so their true gradient is 0 and the
   // computed one is rounding noise (1e-17), which Adam normalises to steps of size lr: a

@@ -44,15 +44,7 @@ TEST_P(Strategy, MatchesOneProcessOnTheWholeBatch) {
     } else {
       opt->step();
     }
-    ref_opt->zero_grad();
-    Tensor loss;
-    for (int r = 0; r < size; ++r) {
-      const Batch part = shard(batch, r, size);
-      Tensor l = cross_entropy((*ref)(part.x), part.y);
-      loss = loss.defined() ? add(loss, l) : l;
-    }
-    mul(loss, 1.0 / size).backward();
-    ref_opt->step();
+    reference_step(*ref, *ref_opt, batch, size);
   }
   const double tol = model_name == "cnn" && opt_name == "adam" ? 1e-7 : 1e-12;  // see ddp_test
   EXPECT_LT(params_diff(*local, *ref), tol)
@@ -90,14 +82,7 @@ TEST_P(Strategy, MatchesOneProcessOnTheWholeBatch) {
     opt2.zero_grad();
     cross_entropy((*again)(shard(batch, rank, size).x), shard(batch, rank, size).y).backward();
     opt2.step();
-    ref_opt->zero_grad();
-    Tensor loss;
-    for (int r = 0; r < size; ++r) {
-      Tensor l = cross_entropy((*ref)(shard(batch, r, size).x), shard(batch, r, size).y);
-      loss = loss.defined() ? add(loss, l) : l;
-    }
-    mul(loss, 1.0 / size).backward();
-    ref_opt->step();
+    reference_step(*ref, *ref_opt, batch, size);
     EXPECT_LT(params_diff(*again, *ref), tol);
   }
 }
