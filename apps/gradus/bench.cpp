@@ -154,6 +154,7 @@ int compare_devices(const BenchOptions& o) {
 }  // namespace
 
 int run_bench(const BenchOptions& o) {
+  if (!o.dist.empty()) return run_bench_dist(o);
   apply_threads(o.threads);
   manual_seed(o.seed);
   if (o.compare_devices) return compare_devices(o);

@@ -73,8 +73,15 @@ struct BenchOptions {
   std::string gemm_dtype = "f32";
   uint64_t seed = 0;
   bool compare_devices = false;  // the three bench models on the CPU and every GPU, as a table
+  // --dist ddp|ps|zero1: the global step of data-parallel training over the ranks of mpirun;
+  // batch_size is the global batch (bench_dist.cpp).
+  std::string dist;
+  double dist_timeout = 60.0;
+  bool no_overlap = false;  // ddp: all-reduce every bucket after backward
+  double bucket_cap_mb = 25.0;
 };
 int run_bench(const BenchOptions& o);
+int run_bench_dist(const BenchOptions& o);
 
 int run_info();
 

@@ -10,6 +10,7 @@
 #include "gradus/core/error.h"
 #include "gradus/core/host_memory.h"
 #include "gradus/core/threads.h"
+#include "gradus/dist/process_group.h"
 
 namespace gradus::cli {
 
@@ -61,6 +62,9 @@ int run_info() {
   for (int i = 0; i < cuda; ++i) std::printf(", cuda:%d", i);
   std::printf(" (%d CUDA device%s)\n", cuda, cuda == 1 ? "" : "s");
   std::printf("default device: %s\n", Device::best().str().c_str());
+  // The distributed engines (gradus train/bench --dist under mpirun or srun).
+  std::printf("MPI: %s\n", dist::mpi_version().c_str());
+  std::printf("NCCL: %s\n", dist::nccl_version().c_str());
   return 0;
 }
 

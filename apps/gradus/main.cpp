@@ -5,6 +5,7 @@
 //   gradus inspect FILE.safetensors [--json]           validate a file, list tensors + metadata
 // Exit codes: 0 success, 1 runtime error (message on stderr), 2 bad command line.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 
@@ -27,6 +28,18 @@ const CLI::Validator kDevice(
       }
     },
     "DEVICE");
+
+// Timeouts: a finite number of seconds in [0.1, 86400]. (CLI::Range lets NaN through: every
+// comparison with NaN is false.)
+const CLI::Validator kFinitePositiveSeconds(
+    [](std::string& text) -> std::string {
+      double v = 0;
+      if (!CLI::detail::lexical_cast(text, v) || !std::isfinite(v) || v < 0.1 || v > 86400.0) {
+        return "'" + text + "' is not a number of seconds in [0.1, 86400]";
+      }
+      return {};
+    },
+    "SECONDS");
 
 using gradus::cli::BenchOptions;
 using gradus::cli::TrainOptions;
@@ -134,7 +147,7 @@ void add_train(CLI::App& app, TrainOptions& o) {
   c->add_option("--dist-timeout", o.dist_timeout,
                 "Seconds a rank waits on a collective before the job stops, naming the rank "
                 "that stopped answering")
-      ->check(CLI::Range(0.1, 86400.0))
+      ->check(kFinitePositiveSeconds)
       ->capture_default_str();
   c->add_option("--lr-scaling", o.lr_scaling,
                 "linear: lr x batch-size / --lr-reference-batch (use with --warmup-steps)")
@@ -186,6 +199,18 @@ void add_bench(CLI::App& app, BenchOptions& o) {
   c->add_option("--seed", o.seed, "Seed of the random inputs")->capture_default_str();
   c->add_flag("--compare-devices", o.compare_devices,
               "Time mlp@100, mlp-large@256 and cnn@64 on the CPU and on every GPU (a table)");
+  c->add_option("--dist", o.dist,
+                "Time the global data-parallel step over the ranks of mpirun/srun: ddp, ps or "
+                "zero1 (--batch-size is the global batch)")
+      ->check(CLI::IsMember({"ddp", "ps", "zero1"}));
+  c->add_option("--dist-timeout", o.dist_timeout, "Seconds a rank waits on a collective")
+      ->check(kFinitePositiveSeconds)
+      ->capture_default_str();
+  c->add_flag("--no-overlap", o.no_overlap,
+              "--dist ddp: all-reduce the gradients only after backward (to measure overlap)");
+  c->add_option("--bucket-cap-mb", o.bucket_cap_mb, "--dist ddp: gradient bucket size in MB")
+      ->check(CLI::Range(0.001, 4096.0))
+      ->capture_default_str();
 }
 
 }  // namespace

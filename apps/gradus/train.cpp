@@ -84,24 +84,60 @@ struct EvalResult {
   double accuracy = 0;
 };
 
-EvalResult evaluate(nn::Module& model, data::DataLoader& loader) {
-  NoGradGuard no_grad;
-  model.eval();
-  double loss_sum = 0;
-  int64_t correct = 0, count = 0;
-  CrossEntropyOptions summed;
-  summed.reduction = Reduction::sum;
-  loader.set_epoch(0);
-  for (data::Example& batch : loader) {
-    const Tensor logits = model(batch.input);
-    loss_sum += cross_entropy(logits, batch.target, summed).item();
-    correct += static_cast<int64_t>(eq(argmax(logits, 1), batch.target).sum().item());
-    count += batch.target.size(0);
+// Evaluates on the test set. With --dist every rank evaluates its contiguous slice of it and the
+// sums are all-reduced, so evaluation takes 1/size of the time and every rank gets the result of
+// the whole set.
+class Evaluator {
+ public:
+  Evaluator(const std::shared_ptr<data::TensorDataset>& test_set, int64_t batch_size, Device device,
+            int workers, const dist::World& world, bool distributed)
+      : distributed_(distributed && world.size > 1) {
+    std::shared_ptr<data::TensorDataset> mine = test_set;
+    if (distributed_) {
+      const int64_t n = test_set->size();
+      const int64_t begin = n * world.rank / world.size, end = n * (world.rank + 1) / world.size;
+      mine = std::make_shared<data::TensorDataset>(
+          test_set->inputs().slice(0, begin, end).contiguous(),
+          test_set->targets().slice(0, begin, end).contiguous());
+    }
+    if (mine->size() > 0) {
+      loader_ = std::make_unique<data::DataLoader>(
+          mine, data::DataLoaderOptions{
+                    .batch_size = batch_size, .device = device, .num_workers = workers});
+    }
   }
-  model.train();
-  return {loss_sum / static_cast<double>(std::max<int64_t>(count, 1)),
-          static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(count, 1))};
-}
+
+  EvalResult operator()(nn::Module& model) {
+    NoGradGuard no_grad;
+    model.eval();
+    double loss_sum = 0, correct = 0, count = 0;
+    CrossEntropyOptions summed;
+    summed.reduction = Reduction::sum;
+    if (loader_) {
+      loader_->set_epoch(0);
+      for (data::Example& batch : *loader_) {
+        const Tensor logits = model(batch.input);
+        loss_sum += cross_entropy(logits, batch.target, summed).item();
+        correct += eq(argmax(logits, 1), batch.target).sum().item();
+        count += static_cast<double>(batch.target.size(0));
+      }
+    }
+    model.train();
+    if (distributed_) {
+      Tensor sums = tensor({loss_sum, correct, count}, {3}, {.dtype = DType::f64});
+      dist::default_group()->all_reduce(sums, dist::ReduceOp::sum, "evaluation sums")->wait();
+      const std::vector<double> v = sums.to_vector<double>();
+      loss_sum = v[0];
+      correct = v[1];
+      count = v[2];
+    }
+    return {loss_sum / std::max(count, 1.0), correct / std::max(count, 1.0)};
+  }
+
+ private:
+  bool distributed_;
+  std::unique_ptr<data::DataLoader> loader_;
+};
 
 // SIGINT/SIGTERM while checkpointing is on: finish the current step, write a checkpoint, exit.
 volatile std::sig_atomic_t g_stop_signal = 0;
@@ -384,9 +420,8 @@ int run_train(const TrainOptions& o) {
                                             .num_workers = o.workers,
                                             .rank = world.rank,
                                             .world_size = distributed ? world.size : 1});
-  data::DataLoader test_loader(test_set, {.batch_size = std::max<int64_t>(o.batch_size, 500),
-                                          .device = device,
-                                          .num_workers = o.workers});
+  Evaluator evaluate(test_set, std::max<int64_t>(o.batch_size, 500), device, o.workers, world,
+                     distributed);
   const int64_t steps_per_epoch = train_loader.size();
   const int64_t total_steps = steps_per_epoch * o.epochs;
   std::fprintf(stderr,
@@ -494,7 +529,7 @@ int run_train(const TrainOptions& o) {
     }
     bar.finish();
     const double train_seconds = bar.elapsed_seconds();
-    result = evaluate(*model, test_loader);
+    result = evaluate(*model);
     evaluated = true;
     const double epoch_seconds = bar.elapsed_seconds();
     const double samples_per_s = static_cast<double>(samples_here) / std::max(train_seconds, 1e-9);
@@ -522,7 +557,7 @@ int run_train(const TrainOptions& o) {
   }
   // The final state (a --resume of a finished run finds nothing left to do).
   checkpoints.save(step, {std::max<int64_t>(o.epochs, start.position.epoch), 0}, {});
-  if (!evaluated) result = evaluate(*model, test_loader);  // resumed after the last epoch
+  if (!evaluated) result = evaluate(*model);  // resumed after the last epoch
   if (!o.save.empty() && lead) {
     io::save_module(*model, o.save, {{"format", "pt"}, {"gradus.model", o.model}});
     std::fprintf(stderr, "gradus train: wrote the final weights to %s\n", o.save.c_str());

@@ -71,17 +71,19 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
     }
   }
 
-  // Before a forward that will be followed by backward: gradients become bucket views (zeroed
-  // when there was none; kept when accumulating), counters reset.
+  // Before a forward that will be followed by backward: gradients that exist (accumulated under
+  // no_sync, or kept by zero_grad(set_to_none = false)) move into the buckets; counters reset.
+  // A gradient that does not exist is not zeroed here: backward then hands the parameter a new
+  // gradient, which on_grad_ready copies into the bucket once. Zeroing the bucket first would
+  // make backward add into it instead: a memset plus a read-modify-write of every gradient,
+  // which cost 25% of mlp-large's step on one thread (docs/performance.md).
   void prepare(bool sync) {
     NoGradGuard no_grad;
     for (size_t i = 0; i < params_.size(); ++i) {
-      Tensor view = grad_view(i);
       Tensor g = params_[i].grad();
-      if (!g.defined()) {
-        view.zero_();
-        params_[i].set_grad(view);
-      } else if (g.raw_data() != view.raw_data()) {
+      if (!g.defined()) continue;
+      Tensor view = grad_view(i);
+      if (g.raw_data() != view.raw_data()) {
         view.copy_(g);
         params_[i].set_grad(view);
       }
@@ -106,7 +108,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
         if (auto self = weak.lock()) self->finish_backward();
       });
     }
-    // Something replaced .grad by another tensor (e.g. a hook): bring the value into the bucket.
+    // A new gradient (or one a hook replaced): bring the value into the bucket.
     Tensor view = grad_view(i);
     Tensor g = params_[i].grad();
     if (g.defined() && g.raw_data() != view.raw_data()) {
@@ -153,7 +155,14 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
         unused.push_back(names_[i]);
         continue;
       }
-      ready_[i] = true;  // its gradient (zero, or what no_sync accumulated) takes part as is
+      // Its gradient takes part as it is: what no_sync accumulated, else zero.
+      if (!params_[i].grad().defined()) {
+        NoGradGuard no_grad;
+        Tensor view = grad_view(i);
+        view.zero_();
+        params_[i].set_grad(view);
+      }
+      ready_[i] = true;
       --pending_[bucket_of_[i]];
     }
     if (!unused.empty()) {

@@ -1,6 +1,7 @@
 #include "dist/mpi_engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <iomanip>
@@ -16,6 +17,16 @@ constexpr auto kHeartbeatInterval = std::chrono::milliseconds(1000);
 // to add latency to a collective's rounds, long enough not to steal a core from the compute
 // threads (MPI_Test of a handful of requests costs about a microsecond).
 constexpr auto kPollInterval = std::chrono::microseconds(20);
+
+// Threads blocked in MpiWork::wait(), and when the latest wait began. While one waits, nothing
+// on this process computes, so the communication thread polls without sleeping for a while:
+// every round of a collective (a ring all-reduce has 2 (size-1) of them) then starts as soon as
+// the previous one landed, not a timer slack later. A wait that lasts longer is waiting for a
+// slower rank: the thread goes back to sleeping between polls, so that a waiting rank does not
+// take a core from the rank it waits for (ranks often share cores: CI, --oversubscribe).
+constexpr auto kSpinAfterWait = std::chrono::milliseconds(5);
+std::atomic<int> g_waiters{0};
+std::atomic<Clock::rep> g_last_wait_start{0};
 
 std::string human_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB"};
@@ -233,6 +244,11 @@ bool MpiWork::is_completed() {
 }
 
 void MpiWork::wait() {
+  g_last_wait_start.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  g_waiters.fetch_add(1, std::memory_order_relaxed);
+  struct Leave {
+    ~Leave() { g_waiters.fetch_sub(1, std::memory_order_relaxed); }
+  } leave;
   std::unique_lock<std::mutex> lock(mutex_);
   // The communication thread enforces the timeout and reports with a diagnosis; this deadline
   // only guards against that thread itself being stuck inside MPI.
@@ -552,7 +568,15 @@ void MpiEngine::run() {
       return;
     }
     heartbeat(now, /*goodbye=*/false);
-    if (!in_flight_.empty()) std::this_thread::sleep_for(kPollInterval);
+    if (!in_flight_.empty()) {
+      const Clock::time_point wait_start{
+          Clock::duration(g_last_wait_start.load(std::memory_order_relaxed))};
+      if (g_waiters.load(std::memory_order_relaxed) > 0 && now - wait_start < kSpinAfterWait) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(kPollInterval);
+      }
+    }
   }
 }
 

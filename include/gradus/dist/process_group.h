@@ -11,8 +11,10 @@
 // thread per process owns every MPI call: it starts the non-blocking MPI operation (MPI_Iallreduce
 // ...) in the order the collectives were issued, and keeps it progressing (MPI_Test) while the
 // caller computes, so communication overlaps with compute. On the GPU the NCCL call is enqueued on
-// the group's communication stream after an event recorded on the caller's current stream, and
-// wait() makes the current stream wait for the communication (the host does not block).
+// the group's communication stream after an event recorded on the caller's current stream, so
+// it sees what the compute stream produced without the host waiting; wait() watches the
+// completion event from the host (the timeout and NCCL's asynchronous errors need a watchdog),
+// then orders the current stream after it.
 //
 // Order. Like every MPI/NCCL program, all ranks of a group must issue the same collectives in the
 // same order; issuing them from several threads at once is undefined.

@@ -1,0 +1,211 @@
+// gradus bench --dist ddp|ps|zero1: times the global step of data-parallel training (forward,
+// cross-entropy, backward, gradient synchronisation, Adam step) over the ranks of mpirun/srun and
+// prints ONE JSON line from rank 0.
+//
+// --batch-size is the global batch; each rank trains on its share, on its own random batches
+// (the model starts from the same seed everywhere). A step's time is the slowest rank's median
+// (every rank waits for the others each step). Besides the time it reports what each rank moved
+// per step (payload bytes handed to MPI/NCCL, from the process group's counters), the optimizer
+// state each rank holds (ZeRO-1 shards it), and for ddp how long backward waited at its end for
+// communication still in flight and how long the same gradients take to all-reduce alone: with
+// both, the fraction of the communication hidden behind backward is 1 - wait / comm.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "gradus/core/cuda.h"
+#include "gradus/dist/dist.h"
+#include "gradus/gradus.h"
+#include "gradus/nn/models.h"
+#include "gradus/optim/adam.h"
+
+namespace gradus::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+uint64_t optimizer_state_bytes(const optim::Optimizer& optimizer) {
+  if (auto* zero = dynamic_cast<const dist::ZeroRedundancyOptimizer*>(&optimizer)) {
+    return zero->state_bytes();
+  }
+  uint64_t bytes = 0;
+  for (const auto& [key, t] : optimizer.state_dict().tensors) {
+    bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
+  }
+  return bytes;
+}
+
+// Every rank's value, in rank order (a collective).
+std::vector<double> gather(dist::ProcessGroup& group, double value) {
+  Tensor all = zeros({group.size()}, {.dtype = DType::f64});
+  Tensor mine = tensor({value}, {1}, {.dtype = DType::f64});
+  group.all_gather(all, mine, "bench statistics")->wait();
+  return all.to_vector<double>();
+}
+
+// Median time to all-reduce `numel` f32 values (avg), with no compute beside it: what the
+// gradient synchronisation of one step costs when nothing hides it.
+double time_all_reduce(dist::ProcessGroup& group, int64_t numel, Device device, int warmup,
+                       int steps) {
+  Tensor flat = randn({numel}, {DType::f32, device});
+  std::vector<double> times;
+  for (int i = 0; i < warmup + steps; ++i) {
+    group.barrier()->wait();
+    const auto t0 = Clock::now();
+    group.all_reduce(flat, dist::ReduceOp::avg, "all-reduce alone")->wait();
+    if (device.is_cuda()) cuda::synchronize();
+    if (i >= warmup) times.push_back(ms_since(t0));
+  }
+  return median(times);
+}
+
+}  // namespace
+
+int run_bench_dist(const BenchOptions& o) {
+  apply_threads(o.threads);
+  const dist::World& world = dist::init({.timeout_seconds = o.dist_timeout});
+  GRADUS_CHECK(o.gemm == 0 && !o.compare_devices, ValueError,
+               "bench: --dist times training steps; it cannot be combined with --gemm or "
+               "--compare-devices");
+  GRADUS_CHECK(o.batch_size % world.size == 0, ValueError, "bench: --batch-size ", o.batch_size,
+               " (the global batch) is not divisible by the ", world.size,
+               " ranks; use a multiple of ", world.size);
+  GRADUS_CHECK(!o.no_overlap || o.dist == "ddp", ValueError,
+               "bench: --no-overlap applies to --dist ddp only (got --dist ", o.dist, ")");
+  Device device = resolve_device(o.device);
+  if (device.is_cuda()) device = Device::cuda(cuda::current_device());
+  auto group = dist::default_group();
+  const int64_t per_rank = o.batch_size / world.size;
+
+  manual_seed(o.seed);  // the same initial model on every rank
+  const std::string name = o.model == "mlp"   ? "mlp-bench"
+                           : o.model == "cnn" ? "cnn-bench"
+                                              : o.model;
+  std::shared_ptr<nn::Module> model = nn::make_model(name);
+  model->to(device);
+  model->train();
+  std::unique_ptr<optim::Optimizer> optimizer;
+  std::shared_ptr<nn::Module> net = model;
+  std::shared_ptr<dist::DistributedDataParallel> ddp;
+  std::unique_ptr<dist::ParameterServer> server;
+  if (o.dist == "ddp") {
+    optimizer = std::make_unique<optim::Adam>(model->parameters());
+    ddp = std::make_shared<dist::DistributedDataParallel>(
+        model, dist::DDPOptions{.bucket_cap_mb = o.bucket_cap_mb, .overlap = !o.no_overlap});
+    net = ddp;
+  } else if (o.dist == "ps") {
+    optimizer = std::make_unique<optim::Adam>(model->parameters());
+    server = std::make_unique<dist::ParameterServer>(model, *optimizer);
+  } else {
+    optimizer = std::make_unique<dist::ZeroRedundancyOptimizer>(
+        model->parameters(),
+        [](std::vector<Tensor> shard) { return std::make_unique<optim::Adam>(std::move(shard)); });
+  }
+
+  // Each rank's own pool of random batches (see bench.cpp for why a pool).
+  manual_seed(o.seed + 1 + static_cast<uint64_t>(world.rank));
+  std::vector<Tensor> xs, ys;
+  for (int i = 0; i < 16; ++i) {
+    xs.push_back(randn({per_rank, 1, 28, 28}, {DType::f32, device}));
+    ys.push_back(randint(0, 10, {per_rank}, {DType::i64, device}));
+  }
+  size_t next = 0;
+  auto step = [&] {
+    const size_t i = next++ % xs.size();
+    optimizer->zero_grad();
+    const Tensor loss = cross_entropy((*net)(xs[i]), ys[i]);
+    loss.backward();
+    if (server) {
+      server->step();
+    } else {
+      optimizer->step();
+    }
+    return loss.item();  // waits for the device
+  };
+  for (int i = 0; i < o.warmup; ++i) step();
+  group->barrier()->wait();
+  const dist::CommStats before = group->stats();
+  const dist::DDPStats ddp_before = ddp ? ddp->stats() : dist::DDPStats{};
+  std::vector<double> times;
+  double last_loss = 0;
+  for (int r = 0; r < o.repeats; ++r) {
+    for (int s = 0; s < o.steps; ++s) {
+      const auto t0 = Clock::now();
+      last_loss = step();
+      times.push_back(ms_since(t0));
+    }
+  }
+  const int timed = o.steps * o.repeats;
+  const dist::CommStats after = group->stats();
+  const double sent = static_cast<double>(after.bytes_sent - before.bytes_sent) / timed;
+  const double received = static_cast<double>(after.bytes_received - before.bytes_received) / timed;
+  const double wait_ms =
+      ddp ? (ddp->stats().wait_seconds - ddp_before.wait_seconds) * 1e3 / timed : 0.0;
+  const double comm_ms =
+      ddp ? time_all_reduce(*group, model->num_parameters(), device, o.warmup, o.steps) : 0.0;
+
+  // Collectives: every rank takes part, rank 0 prints.
+  const std::vector<double> step_ms = gather(*group, median(times));
+  const std::vector<double> sent_all = gather(*group, sent);
+  const std::vector<double> received_all = gather(*group, received);
+  const std::vector<double> state_all =
+      gather(*group, static_cast<double>(optimizer_state_bytes(*optimizer)));
+  const std::vector<double> wait_all = gather(*group, wait_ms);
+  const std::vector<double> loss_all = gather(*group, last_loss);
+  if (world.rank != 0) return 0;
+
+  const double ms = *std::max_element(step_ms.begin(), step_ms.end());
+  double loss = 0;
+  for (double l : loss_all) loss += l / world.size;
+  auto as_int = [](const std::vector<double>& v) {
+    std::vector<int64_t> out;
+    for (double x : v) out.push_back(static_cast<int64_t>(x + 0.5));
+    return out;
+  };
+  nlohmann::ordered_json out = {{"benchmark", "train_step_dist"},
+                                {"dist", o.dist},
+                                {"world_size", world.size},
+                                {"launcher", world.launcher},
+                                {"model", o.model},
+                                {"model_name", name},
+                                {"parameters", model->num_parameters()},
+                                {"batch_size", o.batch_size},
+                                {"batch_per_rank", per_rank},
+                                {"threads", get_num_threads()},
+                                {"device", device.str()},
+                                {"ms_per_step", ms},
+                                {"ms_per_step_by_rank", step_ms},
+                                {"samples_per_s", static_cast<double>(o.batch_size) / (ms * 1e-3)},
+                                {"bytes_sent_per_step", as_int(sent_all)},
+                                {"bytes_received_per_step", as_int(received_all)},
+                                {"optimizer_state_bytes", as_int(state_all)},
+                                {"steps", o.steps},
+                                {"warmup", o.warmup},
+                                {"repeats", o.repeats},
+                                {"final_loss", loss}};
+  if (ddp) {
+    const double wait = *std::max_element(wait_all.begin(), wait_all.end());
+    out["overlap"] = !o.no_overlap;
+    out["bucket_cap_mb"] = o.bucket_cap_mb;
+    out["comm_wait_ms_per_step"] = wait;
+    out["all_reduce_alone_ms"] = comm_ms;
+    out["comm_hidden_fraction"] = comm_ms > 0 ? std::clamp(1.0 - wait / comm_ms, 0.0, 1.0) : 0.0;
+  }
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace gradus::cli
