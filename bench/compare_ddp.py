@@ -75,7 +75,11 @@ def torch_rank(args):
     if rank == 0:
         print(json.dumps({"ms_per_step": median.item(), "torch": torch.__version__,
                           "threads": torch.get_num_threads(), "world_size": size}), flush=True)
-    dist.destroy_process_group()
+    # Leave without destroy_process_group(): gloo's teardown sometimes aborts a rank
+    # ("terminate called without an active exception") after the work is done.
+    dist.barrier()
+    sys.stdout.flush()
+    os._exit(0)
 
 
 # --------------------------------------------------------------------------------- the driver
