@@ -37,7 +37,8 @@ struct TrainOptions {
   std::string checkpoint_dir;    // empty: no checkpoints
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end of each epoch)
   int keep_checkpoints = 3;      // newest complete checkpoints kept (0: all)
-  bool resume = false;           // continue from the newest complete checkpoint in checkpoint_dir
+  bool resume = false;           // continue from the newest good checkpoint in checkpoint_dir
+  bool resume_or_start = false;  // resume; when every checkpoint is damaged, start at step 0
   std::string save;              // final weights as safetensors (PyTorch state_dict names)
   int64_t log_every = 0;         // > 0: a {"step","loss"} line in the metrics file every N steps
   int64_t stop_after_steps = 0;  // > 0: checkpoint and stop after this many steps (in total)

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "gradus/core/dtype.h"
 #include "gradus/core/shape.h"
+#include "gradus/io/checkpoint.h"
 #include "gradus/io/safetensors.h"
 #include "gradus/ops.h"
 
@@ -46,6 +47,10 @@ int run_inspect(const InspectOptions& o) {
     return it == h.metadata.end() ? std::string() : it->second;
   };
   const bool checkpoint = meta("format") == "gradus.checkpoint";
+  // A checkpoint is verified: every tensor's and the metadata's CRC-32, finite values.
+  const std::vector<std::string> problems =
+      checkpoint ? io::verify_checkpoint(o.path) : std::vector<std::string>{};
+  const bool has_checksums = h.metadata.count("checksums") > 0;
 
   if (o.json) {
     nlohmann::ordered_json j;
@@ -65,8 +70,12 @@ int run_inspect(const InspectOptions& o) {
       j["tensors"].push_back(t);
     }
     j["metadata"] = h.metadata;
+    if (checkpoint) {
+      j["verified"] = problems.empty();
+      j["problems"] = problems;
+    }
     std::printf("%s\n", j.dump().c_str());
-    return 0;
+    return problems.empty() ? 0 : 1;
   }
 
   std::printf("%s: valid safetensors file, %zu tensors, %llu bytes of data, %llu-byte header\n",
@@ -93,7 +102,17 @@ int run_inspect(const InspectOptions& o) {
     std::printf("metadata:\n");
     for (const auto& [k, v] : h.metadata) std::printf("  %s: %s\n", k.c_str(), shorten(v).c_str());
   }
-  return 0;
+  if (checkpoint) {
+    if (problems.empty()) {
+      std::printf("verified: %s, every value finite\n",
+                  has_checksums ? "every tensor's and the metadata's CRC-32 match"
+                                : "no checksums (format 1)");
+    } else {
+      std::fprintf(stderr, "%s: DAMAGED checkpoint, do not resume from it:\n", o.path.c_str());
+      for (const std::string& p : problems) std::fprintf(stderr, "  %s\n", p.c_str());
+    }
+  }
+  return problems.empty() ? 0 : 1;
 }
 
 }  // namespace gradus::cli

@@ -128,8 +128,12 @@ void add_train(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()
       ->needs(dir);
   c->add_flag("--resume", o.resume,
-              "Continue from the newest complete checkpoint in --checkpoint-dir (from scratch "
-              "when there is none); the run configuration must match")
+              "Continue from the newest good checkpoint in --checkpoint-dir (checksums verified; "
+              "damaged newer ones are skipped; from scratch when there is none, an error when "
+              "all are damaged); the run configuration must match")
+      ->needs(dir);
+  c->add_flag("--resume-or-start", o.resume_or_start,
+              "Like --resume, but start from step 0 when every checkpoint is damaged")
       ->needs(dir);
   c->add_option("--save", o.save,
                 "Write the final weights to this .safetensors file (PyTorch state_dict names)");

@@ -139,6 +139,25 @@ class Evaluator {
   std::unique_ptr<data::DataLoader> loader_;
 };
 
+// A non-finite test loss is a failed run, not a result.
+void check_finite_evaluation(const EvalResult& r, int64_t epoch) {
+  GRADUS_CHECK(std::isfinite(r.loss), ValueError, "train: the test loss is ", r.loss,
+               " after epoch ", epoch,
+               ": the weights are not usable (training diverged: lower --lr or add "
+               "--warmup-steps)");
+}
+
+// Never write non-finite weights as a result: names the first bad parameter.
+void check_finite_parameters(const nn::Module& model, const std::string& what) {
+  for (const auto& [name, t] : model.state_dict()) {
+    if (!is_floating(t.dtype())) continue;
+    const double bad = logical_not(isfinite(t)).to(DType::i64).sum().item();
+    GRADUS_CHECK(bad == 0, ValueError, "train: ", what, ": not written: '", name, "' holds ",
+                 static_cast<int64_t>(bad),
+                 " non-finite value(s) (training diverged: lower --lr)");
+  }
+}
+
 // SIGINT/SIGTERM while checkpointing is on: finish the current step, write a checkpoint, exit.
 volatile std::sig_atomic_t g_stop_signal = 0;
 
@@ -270,7 +289,6 @@ StartPoint find_start(const TrainOptions& o, const std::string& config, nn::Modu
   StartPoint start;
   if (o.checkpoint_dir.empty()) return start;
   const auto all = io::list_checkpoints(o.checkpoint_dir);
-  const std::optional<std::string> latest = io::latest_checkpoint(o.checkpoint_dir);
   if (!o.resume) {
     GRADUS_CHECK(all.empty(), ValueError, "train: the checkpoint directory '", o.checkpoint_dir,
                  "' already holds ", all.size(),
@@ -283,25 +301,36 @@ StartPoint find_start(const TrainOptions& o, const std::string& config, nn::Modu
     std::fprintf(stderr, "gradus train: removed %d temp file(s) of interrupted checkpoint writes\n",
                  stale);
   }
-  if (!latest) {
-    if (all.empty()) {
-      std::fprintf(stderr,
-                   "gradus train: --resume: no checkpoint in '%s' yet; starting at step 0\n",
-                   o.checkpoint_dir.c_str());
-    } else {
-      std::fprintf(stderr,
-                   "gradus train: --resume: none of the %zu checkpoint file(s) in '%s' is "
-                   "complete and valid (newest: %s); starting at step 0\n",
-                   all.size(), o.checkpoint_dir.c_str(), all.back().second.c_str());
+  // The newest checkpoint that loads and verifies (checksums, metadata, finite values); newer
+  // ones that do not are named and skipped.
+  std::optional<io::GoodCheckpoint> good;
+  try {
+    good = io::latest_good_checkpoint(o.checkpoint_dir);
+  } catch (const io::UnusableCheckpointsError& e) {
+    if (!o.resume_or_start) {
+      throw IOError(std::string("train: --resume: ") + e.what() +
+                    "\nInspect them with `gradus inspect FILE`; pass --resume-or-start to start "
+                    "from step 0 anyway (the damaged files are kept)");
     }
+    std::fprintf(stderr, "gradus train: --resume-or-start: %s\ngradus train: starting at step 0\n",
+                 e.what());
     return start;
   }
-  // Newer files that failed validation are named, so a silently skipped checkpoint is visible.
-  for (auto it = all.rbegin(); it != all.rend() && it->second != *latest; ++it) {
-    std::fprintf(stderr, "gradus train: --resume: skipping %s: it is incomplete or invalid\n",
-                 it->second.c_str());
+  if (!good) {
+    std::fprintf(stderr, "gradus train: --resume: no checkpoint in '%s' yet; starting at step 0\n",
+                 o.checkpoint_dir.c_str());
+    return start;
   }
-  const io::TrainingState state = io::load_checkpoint(*latest);
+  for (const auto& [path, why] : good->skipped) {
+    std::fprintf(stderr, "gradus train: --resume: skipping %s: %s\n", path.c_str(), why.c_str());
+  }
+  if (!good->skipped.empty()) {
+    std::fprintf(stderr,
+                 "gradus train: --resume: falling back to %s, the newest good checkpoint\n",
+                 good->path.c_str());
+  }
+  const std::optional<std::string> latest = good->path;
+  const io::TrainingState& state = good->state;
   for (const std::string& note : check_resume_config(state.config, config, *latest)) {
     std::fprintf(stderr, "gradus train: warning: %s\n", note.c_str());
   }
@@ -325,7 +354,9 @@ StartPoint find_start(const TrainOptions& o, const std::string& config, nn::Modu
 
 }  // namespace
 
-int run_train(const TrainOptions& o) {
+int run_train(const TrainOptions& options) {
+  TrainOptions o = options;
+  if (o.resume_or_start) o.resume = true;
   apply_threads(o.threads);
   // --dist: join the world first (every rank runs this same function on its share of each batch).
   const bool distributed = !o.dist.empty();
@@ -352,6 +383,13 @@ int run_train(const TrainOptions& o) {
     GRADUS_CHECK(parent.empty() || std::filesystem::is_directory(parent, ec), IOError,
                  "train: --save ", o.save, ": the directory '", parent.string(),
                  "' does not exist");
+    if (lead) io::probe_writable_directory(parent.string(), "train: --save " + o.save, false);
+  }
+  // One writer per checkpoint directory, for the whole run (released by the kernel at exit).
+  std::unique_ptr<io::DirectoryLock> checkpoint_lock;
+  if (!o.checkpoint_dir.empty() && lead) {
+    checkpoint_lock = std::make_unique<io::DirectoryLock>(o.checkpoint_dir);
+    io::probe_writable_directory(o.checkpoint_dir, "train: --checkpoint-dir", true);
   }
   auto write_metrics = [&](const nlohmann::ordered_json& line) {
     if (!metrics.is_open()) return;
@@ -466,6 +504,8 @@ int run_train(const TrainOptions& o) {
 
   EvalResult result;
   bool evaluated = false;
+  double first_loss = -1;  // for the divergence warning
+  bool warned_growth = false;
   for (int64_t epoch = start.position.epoch; epoch < o.epochs; ++epoch) {
     const bool resumed_epoch = epoch == start.position.epoch;
     train_loader.set_position(resumed_epoch ? start.position : data::LoaderPosition{epoch, 0});
@@ -504,6 +544,14 @@ int run_train(const TrainOptions& o) {
                    epoch + 1, ", step ", step, ": training diverged; lower --lr (now ", lr,
                    ") or add --warmup-steps; --detect-anomaly names the op that produced it");
       const int64_t n = batch.target.size(0) * world.size;  // the global batch
+      if (first_loss < 0) first_loss = value;
+      if (!warned_growth && first_loss > 0 && value > 1000 * first_loss) {
+        warned_growth = true;
+        std::fprintf(stderr,
+                     "gradus train: warning: the loss grew from %.4g (first step) to %.4g at step "
+                     "%lld: training is diverging; lower --lr (now %g)\n",
+                     first_loss, value, static_cast<long long>(step), lr);
+      }
       progress.loss_sum += value * static_cast<double>(n);
       progress.samples += n;
       progress.last_lr = lr;
@@ -530,6 +578,7 @@ int run_train(const TrainOptions& o) {
     bar.finish();
     const double train_seconds = bar.elapsed_seconds();
     result = evaluate(*model);
+    check_finite_evaluation(result, epoch + 1);
     evaluated = true;
     const double epoch_seconds = bar.elapsed_seconds();
     const double samples_per_s = static_cast<double>(samples_here) / std::max(train_seconds, 1e-9);
@@ -557,8 +606,12 @@ int run_train(const TrainOptions& o) {
   }
   // The final state (a --resume of a finished run finds nothing left to do).
   checkpoints.save(step, {std::max<int64_t>(o.epochs, start.position.epoch), 0}, {});
-  if (!evaluated) result = evaluate(*model);  // resumed after the last epoch
+  if (!evaluated) {  // resumed after the last epoch
+    result = evaluate(*model);
+    check_finite_evaluation(result, o.epochs);
+  }
   if (!o.save.empty() && lead) {
+    check_finite_parameters(*model, "--save " + o.save);
     io::save_module(*model, o.save, {{"format", "pt"}, {"gradus.model", o.model}});
     std::fprintf(stderr, "gradus train: wrote the final weights to %s\n", o.save.c_str());
   }

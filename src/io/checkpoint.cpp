@@ -2,6 +2,7 @@
 #include "gradus/io/checkpoint.h"
 
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <charconv>
@@ -15,6 +16,7 @@
 
 #include "gradus/io/atomic_file.h"
 #include "gradus/io/safetensors.h"
+#include "gradus/ops.h"
 
 namespace gradus::io {
 
@@ -24,7 +26,10 @@ using json = nlohmann::json;
 namespace {
 
 constexpr const char* kFormat = "gradus.checkpoint";
-constexpr int kFormatVersion = 1;
+// 2: CRC-32 of every tensor ("checksums") and of the metadata ("metadata_crc32").
+constexpr int kFormatVersion = 2;
+constexpr const char* kChecksumsKey = "checksums";
+constexpr const char* kMetadataCrcKey = "metadata_crc32";
 constexpr const char* kModelPrefix = "model.";
 constexpr const char* kOptimPrefix = "optim.";
 constexpr const char* kExtraPrefix = "extra.";
@@ -160,6 +165,84 @@ void read_checkpoint_metadata(const std::map<std::string, std::string>& meta,
   }
 }
 
+// zlib's CRC-32 of a tensor's bytes (contiguous, little-endian, as written to the file).
+uint32_t tensor_crc32(const Tensor& t) {
+  const Tensor c = t.to(Device::cpu()).contiguous();
+  const size_t bytes = static_cast<size_t>(c.numel()) * c.element_size();
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  if (bytes > 0) crc = crc32_z(crc, static_cast<const Bytef*>(c.raw_data()), bytes);
+  return static_cast<uint32_t>(crc);
+}
+
+// CRC-32 of every metadata entry but the metadata checksum itself, in key order.
+uint32_t metadata_crc32(const std::map<std::string, std::string>& meta) {
+  std::map<std::string, std::string> covered = meta;
+  covered.erase(kMetadataCrcKey);
+  const std::string text = json(covered).dump();
+  return static_cast<uint32_t>(
+      crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), text.size()));
+}
+
+// Non-finite elements of a floating tensor (0 for other dtypes): one fused reduction.
+int64_t count_nonfinite(const Tensor& t) {
+  if (!is_floating(t.dtype()) || t.numel() == 0) return 0;
+  return static_cast<int64_t>(logical_not(isfinite(t)).to(DType::i64).sum().item());
+}
+
+// Everything wrong with the contents of a checkpoint file that parsed as safetensors: metadata,
+// checksums (format 2), non-finite weights or optimizer state. Empty when it is good.
+std::vector<std::string> content_problems(const SafetensorsFile& f, const std::string& path) {
+  std::vector<std::string> problems;
+  TrainingState scratch;
+  try {
+    read_checkpoint_metadata(f.metadata, path, scratch);
+  } catch (const Error& e) {
+    problems.push_back(e.what());
+    return problems;
+  }
+  const int64_t version = required_int(f.metadata, "format_version", path);
+  if (version >= 2) {
+    auto crc = f.metadata.find(kMetadataCrcKey);
+    uint32_t stored = 0;
+    if (crc == f.metadata.end() || !parse_int(crc->second, stored)) {
+      problems.push_back("metadata '" + std::string(kMetadataCrcKey) + "' is missing or invalid");
+    } else if (stored != metadata_crc32(f.metadata)) {
+      problems.push_back(
+          "the metadata (step, data position, RNG, optimizer scalars, scheduler, config) is "
+          "damaged: its CRC-32 does not match");
+    }
+    json sums;
+    try {
+      sums = json::parse(required(f.metadata, kChecksumsKey, path));
+    } catch (const std::exception& e) {
+      problems.push_back(std::string("metadata 'checksums' is unreadable: ") + e.what());
+      return problems;
+    }
+    for (const auto& [name, t] : f.tensors) {
+      if (!sums.contains(name) || !sums[name].is_number_unsigned()) {
+        problems.push_back("tensor '" + name + "' has no checksum");
+      } else if (sums[name].get<uint64_t>() != tensor_crc32(t)) {
+        problems.push_back("tensor '" + name + "' is damaged: its CRC-32 does not match");
+      }
+    }
+  }
+  for (const auto& [name, t] : f.tensors) {
+    const int64_t bad = count_nonfinite(t);
+    if (bad > 0) {
+      problems.push_back("tensor '" + name + "' holds " + std::to_string(bad) +
+                         " non-finite value(s)");
+    }
+  }
+  return problems;
+}
+
+std::string join_problems(const std::vector<std::string>& problems) {
+  std::string out;
+  for (size_t i = 0; i < problems.size() && i < 6; ++i) out += (i ? "; " : "") + problems[i];
+  if (problems.size() > 6) out += "; and " + std::to_string(problems.size() - 6) + " more";
+  return out;
+}
+
 // Whether `path` is a gradus checkpoint whose header validates against its file size. The header
 // names every tensor's byte range and must account for the exact file size, so a truncated or
 // partially copied file fails here without its data being read.
@@ -227,6 +310,15 @@ std::string save_checkpoint(const std::string& dir, int64_t step, const Training
   for (const auto& [k, t] : state.optimizer.tensors) tensors.emplace_back(kOptimPrefix + k, t);
   for (const auto& [k, t] : state.extra_tensors) tensors.emplace_back(kExtraPrefix + k, t);
 
+  // Never write what cannot be resumed from: a weight or optimizer moment that overflowed would
+  // make every resume fail at the same step (or train on garbage).
+  for (const auto& [name, t] : tensors) {
+    const int64_t bad = count_nonfinite(t);
+    GRADUS_CHECK(bad == 0, ValueError, "checkpoint: tensor '", name, "' holds ", bad,
+                 " non-finite value(s) at step ", step,
+                 "; the checkpoint was not written (training diverged: lower the learning rate)");
+  }
+
   std::map<std::string, std::string> meta;
   meta["format"] = kFormat;
   meta["format_version"] = std::to_string(kFormatVersion);
@@ -240,6 +332,10 @@ std::string save_checkpoint(const std::string& dir, int64_t step, const Training
   meta["scaler"] = encode_scalars(state.scaler);
   meta["config"] = state.config;
   for (const auto& [k, v] : state.extra) meta[kExtraPrefix + k] = v;
+  json sums = json::object();
+  for (const auto& [name, t] : tensors) sums[name] = tensor_crc32(t);
+  meta[kChecksumsKey] = sums.dump();
+  meta[kMetadataCrcKey] = std::to_string(metadata_crc32(meta));
 
   save_safetensors(path, tensors, meta);  // atomic: complete under `path` or not there at all
 
@@ -287,8 +383,45 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   return std::nullopt;  // none, or only corrupt/foreign ones
 }
 
+std::vector<std::string> verify_checkpoint(const std::string& path) {
+  try {
+    return content_problems(read_safetensors(path), path);
+  } catch (const Error& e) {
+    return {e.what()};
+  }
+}
+
+std::optional<GoodCheckpoint> latest_good_checkpoint(const std::string& dir) {
+  GoodCheckpoint result;
+  auto all = list_checkpoints(dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      result.state = load_checkpoint(it->second);
+      result.path = it->second;
+      return result;
+    } catch (const Error& e) {
+      result.skipped.emplace_back(it->second, e.what());
+    }
+  }
+  if (result.skipped.empty()) return std::nullopt;
+  throw UnusableCheckpointsError(result.skipped);
+}
+
+UnusableCheckpointsError::UnusableCheckpointsError(
+    std::vector<std::pair<std::string, std::string>> skipped)
+    : IOError([&] {
+        std::string m = "none of the " + std::to_string(skipped.size()) +
+                        " checkpoint(s) can be resumed from:";
+        for (const auto& [p, why] : skipped) m += "\n  " + p + ": " + why;
+        return m;
+      }()),
+      skipped_(std::move(skipped)) {}
+
 TrainingState load_checkpoint(const std::string& path) {
   SafetensorsFile f = read_safetensors(path);
+  const std::vector<std::string> problems = content_problems(f, path);
+  GRADUS_CHECK(problems.empty(), IOError, path, ": unusable checkpoint: ",
+               join_problems(problems));
   TrainingState s;
   read_checkpoint_metadata(f.metadata, path, s);
 

@@ -5,10 +5,16 @@
 // Layout of ckpt-<step>.safetensors:
 //   tensors   "model.<state_dict name>", "optim.<OptimizerState tensor name>",
 //             "extra.<name>" (user tensors)
-//   metadata  "format": "gradus.checkpoint", "format_version": "1", "step", "epoch",
+//   metadata  "format": "gradus.checkpoint", "format_version": "2", "step", "epoch",
 //             "batch_index", "rng" ({"seed": s, "offset": o}), "optim.type",
 //             "optim.scalars", "scheduler", "scaler" (JSON objects of numbers), "config" (the
-//             run configuration, verbatim), "extra.<key>" (user strings)
+//             run configuration, verbatim), "extra.<key>" (user strings), "checksums" (JSON:
+//             tensor name -> zlib CRC-32 of its bytes), "metadata_crc32" (CRC-32 of every other
+//             metadata entry, as the JSON object of them in key order)
+//
+// Integrity: a flipped bit anywhere is detected. load_checkpoint() verifies every checksum
+// (format 2; format-1 files, which have none, still load) and refuses non-finite tensors;
+// save_checkpoint() refuses to write non-finite tensors.
 // Python reads it with safetensors.safe_open(path, "pt"): .keys(), .get_tensor(), .metadata().
 //
 // Crash safety: each checkpoint is written with AtomicFile (temp file, fsync, rename, fsync dir)
@@ -75,8 +81,32 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 // gradus checkpoint; std::nullopt when there is none (or dir does not exist).
 std::optional<std::string> latest_checkpoint(const std::string& dir);
 
-// Reads a checkpoint written by save_checkpoint. Tensors are on the CPU (restore moves them).
-// Throws IOError naming the file and the problem.
+// Reads a checkpoint written by save_checkpoint and verifies it (checksums, metadata, finite
+// values). Tensors are on the CPU (restore moves them). Throws IOError naming the file and what
+// is damaged.
 TrainingState load_checkpoint(const std::string& path);
+
+// Everything wrong with a checkpoint file (unreadable, not a checkpoint, a tensor or the
+// metadata damaged, non-finite values); empty when it can be resumed from.
+std::vector<std::string> verify_checkpoint(const std::string& path);
+
+// The newest checkpoint of dir that loads and verifies, and the newer ones that did not (path,
+// why), newest first.
+struct GoodCheckpoint {
+  std::string path;
+  TrainingState state;
+  std::vector<std::pair<std::string, std::string>> skipped;
+};
+// Thrown by latest_good_checkpoint when dir holds checkpoints but none is usable.
+class UnusableCheckpointsError : public IOError {
+ public:
+  explicit UnusableCheckpointsError(std::vector<std::pair<std::string, std::string>> skipped);
+  const std::vector<std::pair<std::string, std::string>>& skipped() const { return skipped_; }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> skipped_;
+};
+// std::nullopt when dir holds no checkpoint file (or does not exist).
+std::optional<GoodCheckpoint> latest_good_checkpoint(const std::string& dir);
 
 }  // namespace gradus::io

@@ -1,0 +1,77 @@
+#include "gradus/io/dir_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "gradus/core/error.h"
+
+namespace gradus::io {
+
+namespace {
+
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
+
+void make_directories(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  GRADUS_CHECK(!ec, IOError, what, ": cannot create the directory '", dir, "': ", ec.message());
+}
+
+}  // namespace
+
+DirectoryLock::DirectoryLock(const std::string& dir)
+    : path_((std::filesystem::path(dir) / ".gradus.lock").string()) {
+  make_directories(dir, "checkpoint directory");
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  GRADUS_CHECK(fd_ >= 0, IOError, "cannot open the lock file '", path_, "': ", errno_text(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {0};
+    const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    std::string holder = n > 0 ? std::string(pid, static_cast<size_t>(n)) : std::string("?");
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    GRADUS_CHECK(err != EWOULDBLOCK, IOError, "the checkpoint directory '", dir,
+                 "' is in use by another run (pid ", holder, ", lock file ", path_,
+                 "); two runs writing one directory would overwrite each other's checkpoints. "
+                 "Wait for it to end or choose another --checkpoint-dir");
+    throw IOError("cannot lock '" + path_ + "': " + errno_text(err));
+  }
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 ||
+      ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw IOError("cannot write the lock file '" + path_ + "': " + errno_text(err));
+  }
+}
+
+DirectoryLock::~DirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock; the file stays (removing it would race)
+}
+
+void probe_writable_directory(const std::string& dir, const std::string& what, bool create) {
+  const std::string shown = dir.empty() ? std::string(".") : dir;
+  if (create) make_directories(shown, what);
+  const std::string probe =
+      (std::filesystem::path(shown) / (".gradus-probe." + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  GRADUS_CHECK(fd >= 0, IOError, what, ": cannot write in '", shown, "': ", errno_text(errno));
+  const bool wrote = ::write(fd, "x", 1) == 1;
+  const int err = errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  GRADUS_CHECK(wrote, IOError, what, ": cannot write in '", shown, "': ", errno_text(err));
+}
+
+}  // namespace gradus::io
