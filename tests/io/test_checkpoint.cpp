@@ -18,18 +18,23 @@ namespace {
 
 using io::TrainingState;
 
+// Random finite values (a checkpoint with NaN or Inf is refused), bit-exact in every dtype.
+Tensor finite_tensor(const Shape& shape, DType dtype, uint64_t seed) {
+  return random_tensor(shape, seed, -3.0, 3.0, DType::f64).to(dtype);
+}
+
 TrainingState make_state(uint64_t seed) {
   TrainingState s;
   s.step = 1234;
   nn::StateDict model;
-  model.insert("layers.0.weight", random_raw_tensor({4, 3}, DType::f32, seed));
-  model.insert("layers.0.bias", random_raw_tensor({4}, DType::f32, seed + 1));
+  model.insert("layers.0.weight", finite_tensor({4, 3}, DType::f32, seed));
+  model.insert("layers.0.bias", finite_tensor({4}, DType::f32, seed + 1));
   model.insert("bn.num_batches_tracked", random_raw_tensor({}, DType::i64, seed + 2));
-  model.insert("emb.weight", random_raw_tensor({5, 2}, DType::bf16, seed + 3));
+  model.insert("emb.weight", finite_tensor({5, 2}, DType::bf16, seed + 3));
   s.model = model;
   s.optimizer.type = "Adam";
-  s.optimizer.tensors["state.0.exp_avg"] = random_raw_tensor({4, 3}, DType::f32, seed + 4);
-  s.optimizer.tensors["state.0.exp_avg_sq"] = random_raw_tensor({4, 3}, DType::f32, seed + 5);
+  s.optimizer.tensors["state.0.exp_avg"] = finite_tensor({4, 3}, DType::f32, seed + 4);
+  s.optimizer.tensors["state.0.exp_avg_sq"] = finite_tensor({4, 3}, DType::f32, seed + 5);
   s.optimizer.scalars = {{"state.0.step", 17},
                          {"param_groups.0.lr", 0.001},
                          {"param_groups.0.beta1", 0.9},
@@ -44,7 +49,7 @@ TrainingState make_state(uint64_t seed) {
   s.batch_index = 41;
   s.config = R"({"model": "mlp", "lr": 0.001, "note": "ünïcode"})";
   s.extra = {{"git", "abc123"}, {"host", ""}};
-  s.extra_tensors["ema.weight"] = random_raw_tensor({2, 2}, DType::f64, seed + 6);
+  s.extra_tensors["ema.weight"] = finite_tensor({2, 2}, DType::f64, seed + 6);
   return s;
 }
 
