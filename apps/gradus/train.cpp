@@ -153,8 +153,7 @@ void check_finite_parameters(const nn::Module& model, const std::string& what) {
     if (!is_floating(t.dtype())) continue;
     const double bad = logical_not(isfinite(t)).to(DType::i64).sum().item();
     GRADUS_CHECK(bad == 0, ValueError, "train: ", what, ": not written: '", name, "' holds ",
-                 static_cast<int64_t>(bad),
-                 " non-finite value(s) (training diverged: lower --lr)");
+                 static_cast<int64_t>(bad), " non-finite value(s) (training diverged: lower --lr)");
   }
 }
 
@@ -325,8 +324,7 @@ StartPoint find_start(const TrainOptions& o, const std::string& config, nn::Modu
     std::fprintf(stderr, "gradus train: --resume: skipping %s: %s\n", path.c_str(), why.c_str());
   }
   if (!good->skipped.empty()) {
-    std::fprintf(stderr,
-                 "gradus train: --resume: falling back to %s, the newest good checkpoint\n",
+    std::fprintf(stderr, "gradus train: --resume: falling back to %s, the newest good checkpoint\n",
                  good->path.c_str());
   }
   const std::optional<std::string> latest = good->path;

@@ -16,7 +16,6 @@
 
 #include "gradus/io/atomic_file.h"
 #include "gradus/io/safetensors.h"
-#include "gradus/ops.h"
 
 namespace gradus::io {
 
@@ -183,10 +182,32 @@ uint32_t metadata_crc32(const std::map<std::string, std::string>& meta) {
       crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), text.size()));
 }
 
-// Non-finite elements of a floating tensor (0 for other dtypes): one fused reduction.
+// Non-finite elements of a floating tensor (0 for other dtypes): one pass over the bits (an
+// all-ones exponent), in this thread. Not an op: checkpoints are also written from forked or
+// signal-interrupted processes where an OpenMP parallel region could deadlock.
+template <typename Bits>
+int64_t count_all_ones_exponent(const Tensor& t, Bits mask) {
+  const Bits* p = static_cast<const Bits*>(t.raw_data());
+  int64_t bad = 0;
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) bad += (p[i] & mask) == mask;
+  return bad;
+}
+
 int64_t count_nonfinite(const Tensor& t) {
   if (!is_floating(t.dtype()) || t.numel() == 0) return 0;
-  return static_cast<int64_t>(logical_not(isfinite(t)).to(DType::i64).sum().item());
+  const Tensor c = t.to(Device::cpu()).contiguous();
+  switch (c.dtype()) {
+    case DType::f32:
+      return count_all_ones_exponent<uint32_t>(c, 0x7f800000u);
+    case DType::f64:
+      return count_all_ones_exponent<uint64_t>(c, 0x7ff0000000000000ull);
+    case DType::f16:
+      return count_all_ones_exponent<uint16_t>(c, 0x7c00u);
+    case DType::bf16:
+      return count_all_ones_exponent<uint16_t>(c, 0x7f80u);
+    default:
+      return 0;
+  }
 }
 
 // Everything wrong with the contents of a checkpoint file that parsed as safetensors: metadata,
@@ -410,8 +431,8 @@ std::optional<GoodCheckpoint> latest_good_checkpoint(const std::string& dir) {
 UnusableCheckpointsError::UnusableCheckpointsError(
     std::vector<std::pair<std::string, std::string>> skipped)
     : IOError([&] {
-        std::string m = "none of the " + std::to_string(skipped.size()) +
-                        " checkpoint(s) can be resumed from:";
+        std::string m =
+            "none of the " + std::to_string(skipped.size()) + " checkpoint(s) can be resumed from:";
         for (const auto& [p, why] : skipped) m += "\n  " + p + ": " + why;
         return m;
       }()),
@@ -420,8 +441,7 @@ UnusableCheckpointsError::UnusableCheckpointsError(
 TrainingState load_checkpoint(const std::string& path) {
   SafetensorsFile f = read_safetensors(path);
   const std::vector<std::string> problems = content_problems(f, path);
-  GRADUS_CHECK(problems.empty(), IOError, path, ": unusable checkpoint: ",
-               join_problems(problems));
+  GRADUS_CHECK(problems.empty(), IOError, path, ": unusable checkpoint: ", join_problems(problems));
   TrainingState s;
   read_checkpoint_metadata(f.metadata, path, s);
 

@@ -3,11 +3,13 @@
 // of a real model + optimizer + scheduler.
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <random>
 #include <thread>
 
 #include "gradus/io/io.h"
@@ -261,6 +263,130 @@ TEST_F(Checkpoint, SigkillDuringSaveLeavesALoadableCheckpoint) {
   }
   // Informational: how often the kill landed inside a write (the interesting case).
   std::cout << "[   INFO   ] " << killed_mid_write << " of 6 kills left a partial temp file\n";
+}
+
+// Every tensor and the metadata carry a CRC-32: one flipped bit anywhere in a tensor's data is
+// detected by verify_checkpoint and load_checkpoint, naming the tensor.
+TEST_F(Checkpoint, FlippedBitInAnyTensorIsDetectedAndNamed) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const std::string d = path("ck");
+  const std::string p = io::save_checkpoint(d, 7, make_state(seed));
+  EXPECT_TRUE(io::verify_checkpoint(p).empty());
+  const std::vector<uint8_t> good = read_bytes(p);
+  const io::SafetensorsHeader h = io::read_safetensors_header(p);
+  int detected = 0;
+  for (const io::SafetensorsEntry& e : h.entries) {
+    if (e.end == e.begin) continue;
+    std::vector<uint8_t> bad = good;
+    const uint64_t at = h.data_start + e.begin + rng() % (e.end - e.begin);
+    bad[at] ^= static_cast<uint8_t>(1u << (rng() % 8));
+    write_bytes(p, bad);
+    const std::vector<std::string> problems = io::verify_checkpoint(p);
+    ASSERT_FALSE(problems.empty()) << e.name;
+    bool named = false;
+    for (const std::string& why : problems)
+      named |= why.find("'" + e.name + "'") != std::string::npos;
+    EXPECT_TRUE(named) << e.name << ": " << problems[0];
+    try {
+      io::load_checkpoint(p);
+      ADD_FAILURE() << e.name;
+    } catch (const IOError& err) {
+      EXPECT_NE(std::string(err.what()).find(e.name), std::string::npos) << err.what();
+    }
+    ++detected;
+  }
+  EXPECT_EQ(detected, static_cast<int>(h.entries.size()));  // every tensor has bytes
+}
+
+// A metadata value changed (the JSON still valid) is detected by the metadata CRC-32.
+TEST_F(Checkpoint, ChangedMetadataIsDetected) {
+  const std::string d = path("ck");
+  const std::string p = io::save_checkpoint(d, 7, make_state(fresh_seed()));
+  const io::SafetensorsFile f = io::read_safetensors(p);
+  int detected = 0;
+  for (const auto& [key, value] : f.metadata) {
+    std::map<std::string, std::string> meta = f.metadata;
+    std::string changed = value;
+    const size_t digit = changed.find_first_of("0123456789");
+    if (digit == std::string::npos) {
+      changed += " ";
+    } else {
+      changed[digit] = static_cast<char>(changed[digit] ^ 1);  // '4' <-> '5'
+    }
+    meta[key] = changed;
+    io::save_safetensors(p, f.tensors, meta);
+    EXPECT_FALSE(io::verify_checkpoint(p).empty()) << "metadata '" << key << "' changed unnoticed";
+    EXPECT_THROW(io::load_checkpoint(p), IOError) << key;
+    ++detected;
+  }
+  EXPECT_GE(detected, 12);
+}
+
+TEST_F(Checkpoint, NonFiniteTensorsAreNeverWritten) {
+  const std::string d = path("ck");
+  for (double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL}) {
+    TrainingState s = make_state(fresh_seed());
+    Tensor m = s.optimizer.tensors.at("state.0.exp_avg").clone();
+    static_cast<float*>(m.raw_data())[5] = static_cast<float>(bad);
+    s.optimizer.tensors["state.0.exp_avg"] = m;
+    try {
+      io::save_checkpoint(d, 3, s);
+      ADD_FAILURE() << "saved a checkpoint holding " << bad;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("optim.state.0.exp_avg"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(io::list_checkpoints(d).empty());
+  }
+}
+
+TEST_F(Checkpoint, LatestGoodFallsBackAndRefusesWhenNoneIsGood) {
+  const std::string d = path("ck");
+  EXPECT_FALSE(io::latest_good_checkpoint(d).has_value());
+  TrainingState s = make_state(fresh_seed());
+  const std::string p10 = io::save_checkpoint(d, 10, s);
+  const std::string p20 = io::save_checkpoint(d, 20, s);
+  const std::string p30 = io::save_checkpoint(d, 30, s);
+  auto damage = [&](const std::string& p) {
+    std::vector<uint8_t> b = read_bytes(p);
+    b[b.size() - 3] ^= 0x40;  // in the last tensor's data
+    write_bytes(p, b);
+  };
+  damage(p30);
+  std::optional<io::GoodCheckpoint> g = io::latest_good_checkpoint(d);
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->path, p20);
+  EXPECT_EQ(g->state.step, 20);
+  ASSERT_EQ(g->skipped.size(), 1u);
+  EXPECT_EQ(g->skipped[0].first, p30);
+  damage(p20);
+  damage(p10);
+  try {
+    io::latest_good_checkpoint(d);
+    ADD_FAILURE() << "three damaged checkpoints were accepted";
+  } catch (const io::UnusableCheckpointsError& e) {
+    EXPECT_EQ(e.skipped().size(), 3u);
+  }
+}
+
+// One writer per directory: a second lock is refused with the holder's pid; the kernel releases
+// the lock with the holder.
+TEST_F(Checkpoint, DirectoryLockAdmitsOneWriter) {
+  const std::string d = path("locked");
+  {
+    io::DirectoryLock first(d);
+    try {
+      io::DirectoryLock second(d);
+      ADD_FAILURE() << "a second lock on " << d << " was granted";
+    } catch (const IOError& e) {
+      EXPECT_NE(std::string(e.what()).find("pid " + std::to_string(::getpid())), std::string::npos)
+          << e.what();
+    }
+  }
+  io::DirectoryLock again(d);  // released with `first`
+  EXPECT_THROW(io::probe_writable_directory("/proc", "test", false), IOError);
+  io::probe_writable_directory(d, "test", false);
 }
 
 // Train 3 steps, checkpoint, train 2 more; a fresh model/optimizer/scheduler restored from the
