@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Crash safety: `gradus train --checkpoint-every 1 --resume` is SIGKILLed at random moments (most
-# of a step's time is spent writing its checkpoint, so most kills land mid-write) at least
-# KILLS times (default 50). After every kill: every checkpoint file in the directory must pass
+# Crash safety: `gradus train --checkpoint-every 1 --resume` is SIGKILLed at random moments once it
+# is writing checkpoints (most of a step's time is spent writing its checkpoint, so many kills land
+# mid-write) at least KILLS times (default 50); the test fails unless >= KILLS/10 kills left a
+# half-written file, every kill was followed by an inspection and >= KILLS/2 by a resume. After every kill: every checkpoint file in the directory must pass
 # `gradus inspect` (files appear only by atomic rename, so the newest is complete), and the next
 # start must resume from the newest one. Every 10th interruption is a SIGTERM instead, which must
 # stop cleanly with a checkpoint of the current step (exit code 143). Finally the run is let
@@ -47,10 +48,19 @@ while [ "$kills" -lt "$KILLS" ]; do
   while [ "$kills" -lt "$KILLS" ]; do
     # (A kill within a few microseconds can come before the redirection truncates run.out.)
     rm -f run.out
+    touch started.mark
     "${RUN[@]}" >run.out 2>&1 &
     pid=$!
-    # A random moment 0..149 ms after the start (startup and data loading take a few ms).
-    sleep "0.$(printf '%03d' $((RANDOM % 150)))"
+    # Adaptive: wait until this run writes checkpoints (a file in ck/ newer than its start; the
+    # start-up time differs a lot between machines: loading the CUDA libraries alone can take
+    # 0.3 s), then kill at a random moment 0..49 ms later, within the next few steps' writes.
+    waited=0
+    while kill -0 "$pid" 2>/dev/null && [ -z "$(find ck -newer started.mark -name 'ckpt-*' 2>/dev/null | head -1)" ]; do
+      sleep 0.005
+      waited=$((waited + 1))
+      [ "$waited" -lt 6000 ] || fail "no checkpoint write within 30 s of a start: $(cat run.out)"
+    done
+    sleep "0.0$(printf '%02d' $((RANDOM % 50)))"
     sig=KILL
     [ $(((kills + terms + 1) % 10)) -eq 0 ] && sig=TERM
     kill -s "$sig" "$pid" 2>/dev/null || true
@@ -90,6 +100,12 @@ while [ "$kills" -lt "$KILLS" ]; do
     fail "round $rounds: the per-step losses differ: $(diff <(step_losses ref.jsonl) <(step_losses run.jsonl) | head -4)"
 done
 
+# The test must have tested something: enough kills landed while a checkpoint was being written,
+# and enough files were inspected and resumed from.
+[ "$midwrite" -ge $((KILLS / 10)) ] ||
+  fail "only $midwrite of $kills kills landed during a checkpoint write (want >= $((KILLS / 10)))"
+[ "$inspected" -ge "$kills" ] || fail "only $inspected checkpoint files inspected after $kills kills"
+[ "$resumed" -ge $((KILLS / 2)) ] || fail "only $resumed resumes after $kills kills (want >= $((KILLS / 2)))"
 echo "PASS: $kills SIGKILLs + $terms SIGTERMs ($graceful stopped with a checkpoint) in $rounds round(s)" \
   "of $TOTAL steps; $midwrite kills left a half-written temp file; $inspected checkpoint files" \
   "inspected, all valid; $resumed resumes from the newest checkpoint; final weights and all losses" \
