@@ -15,7 +15,17 @@
 namespace gradus::cli {
 
 void apply_threads(int threads) {
-  if (threads > 0) set_num_threads(threads);
+  if (threads <= 0) return;
+  set_num_threads(threads);
+  // OpenBLAS caps its threads at the MAX_THREADS it was built with (64 in Debian's): say so
+  // rather than let a requested 1000 silently become 64 in every matrix product.
+  const int blas = openblas_get_num_threads();
+  if (blas < threads) {
+    std::fprintf(stderr,
+                 "gradus: warning: --threads %d: OpenBLAS was built for at most %d threads, so "
+                 "matrix products use %d (the other ops use %d)\n",
+                 threads, blas, blas, threads);
+  }
 }
 
 Device resolve_device(const std::string& name) {

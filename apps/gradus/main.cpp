@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <sstream>
 
 #include "commands.h"
 #include "gradus/core/device.h"
@@ -29,17 +30,43 @@ const CLI::Validator kDevice(
     },
     "DEVICE");
 
-// Timeouts: a finite number of seconds in [0.1, 86400]. (CLI::Range lets NaN through: every
-// comparison with NaN is false.)
-const CLI::Validator kFinitePositiveSeconds(
+// Number checks. CLI11's Range lets NaN through (every comparison with NaN is false) and prints
+// its bounds as 309-digit numbers; these reject NaN and infinity and say plainly what is
+// expected. A failed check is a command-line error (exit code 2).
+std::string shown(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+CLI::Validator number_in(double lo, bool lo_open, double hi, const std::string& name) {
+  const std::string expected = hi == HUGE_VAL ? (lo_open ? "> " : ">= ") + shown(lo)
+                                              : std::string("in ") + (lo_open ? "(" : "[") +
+                                                    shown(lo) + ", " + shown(hi) + "]";
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v) || !std::isfinite(v)) {
+          return "'" + text + "' is not a finite number (expected a number " + expected + ")";
+        }
+        if ((lo_open ? v <= lo : v < lo) || v > hi) {
+          return "must be " + expected + " (got " + text + ")";
+        }
+        return {};
+      },
+      name);
+}
+const CLI::Validator kPositive = number_in(0, true, HUGE_VAL, "> 0");
+const CLI::Validator kNonNegative = number_in(0, false, HUGE_VAL, ">= 0");
+const CLI::Validator kFinitePositiveSeconds = number_in(0.1, false, 86400.0, "SECONDS");
+
+// Unsigned options (--seed): "-1" would silently wrap to 18446744073709551615.
+const CLI::Validator kUnsigned(
     [](std::string& text) -> std::string {
-      double v = 0;
-      if (!CLI::detail::lexical_cast(text, v) || !std::isfinite(v) || v < 0.1 || v > 86400.0) {
-        return "'" + text + "' is not a number of seconds in [0.1, 86400]";
-      }
-      return {};
+      if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) return {};
+      return "'" + text + "' is not a non-negative integer";
     },
-    "SECONDS");
+    "UINT");
 
 using gradus::cli::BenchOptions;
 using gradus::cli::TrainOptions;
@@ -58,60 +85,59 @@ void add_train(CLI::App& app, TrainOptions& o) {
                 "Directory with the four IDX files (default for fashion-mnist: "
                 "/usr/share/datasets/fashion-mnist)");
   c->add_option("--dropout", o.dropout, "mlp: dropout probability after each hidden layer")
-      ->check(CLI::Range(0.0, 0.99))
+      ->check(number_in(0.0, false, 0.99, "RANGE"))
       ->capture_default_str();
   c->add_option("--epochs", o.epochs, "Passes over the training set")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   c->add_option("--batch-size", o.batch_size, "Examples per step")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
-  c->add_option("--lr", o.lr, "Peak learning rate")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  c->add_option("--lr", o.lr, "Peak learning rate")->check(kPositive)->capture_default_str();
   c->add_option("--optimizer", o.optimizer, "sgd, adam or adamw")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->capture_default_str();
   c->add_option("--momentum", o.momentum, "SGD momentum")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_in(0.0, false, 1.0, "RANGE"))
       ->capture_default_str();
   c->add_option("--weight-decay", o.weight_decay,
                 "Weight decay (default: 0 for sgd and adam, 0.01 for adamw)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   c->add_option("--scheduler", o.scheduler, "LR schedule per step: none, cosine or step")
       ->check(CLI::IsMember({"none", "cosine", "step"}))
       ->capture_default_str();
   c->add_option("--warmup-steps", o.warmup_steps, "Linear LR warm-up steps")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->capture_default_str();
   c->add_option("--step-epochs", o.step_epochs,
                 "step scheduler: epochs between LR drops (0: a third of --epochs)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   c->add_option("--step-gamma", o.step_gamma, "step scheduler: LR factor per drop")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   c->add_option("--seed", o.seed, "Seed for initialisation, shuffling and dropout")
+      ->check(kUnsigned)
       ->capture_default_str();
   c->add_option("--device", o.device, "auto, cpu, cuda or cuda:N")
       ->check(kDevice)
       ->capture_default_str();
   c->add_option("--threads", o.threads, "CPU threads (0: all)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->capture_default_str();
   c->add_option("--workers", o.workers, "Data-loading threads (0: load in the training thread)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->capture_default_str();
   CLI::Option* metrics =
       c->add_option("--metrics", o.metrics, "Append one JSON line per epoch to this file");
   c->add_option("--log-every", o.log_every,
                 "Also append {\"step\", \"loss\", ...} to --metrics every N steps (losses "
                 "printed exactly, for comparing runs)")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->needs(metrics);
   c->add_option("--limit-train", o.limit_train, "Use only the first N training examples")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c->add_option("--limit-test", o.limit_test, "Use only the first N test examples")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c->add_flag("--no-progress", o.no_progress, "Do not draw the progress bar");
   // Reliability: checkpoints, exact resume, debugging switches (docs/reliability.md).
   CLI::Option* dir = c->add_option(
@@ -119,12 +145,12 @@ void add_train(CLI::App& app, TrainOptions& o) {
       "Write crash-safe checkpoints (model, optimizer, scheduler, RNG, data position) here");
   c->add_option("--checkpoint-every", o.checkpoint_every,
                 "Steps between checkpoints (0: at the end of each epoch)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->capture_default_str()
       ->needs(dir);
   c->add_option("--keep-checkpoints", o.keep_checkpoints,
                 "Keep the newest K complete checkpoints (0: all)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->capture_default_str()
       ->needs(dir);
   c->add_flag("--resume", o.resume,
@@ -139,7 +165,7 @@ void add_train(CLI::App& app, TrainOptions& o) {
                 "Write the final weights to this .safetensors file (PyTorch state_dict names)");
   c->add_option("--stop-after-steps", o.stop_after_steps,
                 "Stop cleanly (with a checkpoint) once this many steps have run in total")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c->add_flag("--detect-anomaly", o.detect_anomaly,
               "Check every op's outputs and gradients for NaN/Inf and name the op (slow)");
   c->add_flag("--deterministic", o.deterministic,
@@ -159,7 +185,7 @@ void add_train(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   c->add_option("--lr-reference-batch", o.lr_reference_batch,
                 "The batch size --lr was tuned for (--lr-scaling linear)")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
 }
 
@@ -178,29 +204,31 @@ void add_bench(CLI::App& app, BenchOptions& o) {
       ->check(CLI::IsMember({"mlp", "mlp-large", "cnn"}))
       ->capture_default_str();
   c->add_option("--batch-size", o.batch_size, "Examples per step")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   c->add_option("--steps", o.steps, "Timed steps per repeat")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   c->add_option("--warmup", o.warmup, "Untimed steps first")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->capture_default_str();
   c->add_option("--repeats", o.repeats, "Repeat the timing; the median step time is reported")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   c->add_option("--threads", o.threads, "CPU threads (0: all)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->capture_default_str();
   c->add_option("--device", o.device, "auto, cpu, cuda or cuda:N")
       ->check(kDevice)
       ->capture_default_str();
   c->add_option("--gemm", o.gemm, "Instead of a model, time an NxN matmul (GFLOP/s)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c->add_option("--gemm-dtype", o.gemm_dtype, "dtype of the --gemm operands: f32, bf16 or f16")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}))
       ->capture_default_str();
-  c->add_option("--seed", o.seed, "Seed of the random inputs")->capture_default_str();
+  c->add_option("--seed", o.seed, "Seed of the random inputs")
+      ->check(kUnsigned)
+      ->capture_default_str();
   c->add_flag("--compare-devices", o.compare_devices,
               "Time mlp@100, mlp-large@256 and cnn@64 on the CPU and on every GPU (a table)");
   c->add_option("--dist", o.dist,
@@ -213,7 +241,7 @@ void add_bench(CLI::App& app, BenchOptions& o) {
   c->add_flag("--no-overlap", o.no_overlap,
               "--dist ddp: all-reduce the gradients only after backward (to measure overlap)");
   c->add_option("--bucket-cap-mb", o.bucket_cap_mb, "--dist ddp: gradient bucket size in MB")
-      ->check(CLI::Range(0.001, 4096.0))
+      ->check(number_in(0.001, false, 4096.0, "RANGE"))
       ->capture_default_str();
 }
 

@@ -157,7 +157,8 @@ void check_finite_parameters(const nn::Module& model, const std::string& what) {
   }
 }
 
-// SIGINT/SIGTERM while checkpointing is on: finish the current step, write a checkpoint, exit.
+// SIGINT/SIGTERM/SIGHUP while checkpointing is on: finish the current step, write a checkpoint,
+// exit with 128 + the signal.
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 void on_stop_signal(int sig) {
@@ -171,6 +172,7 @@ void install_stop_handlers() {
   sa.sa_flags = SA_RESETHAND;  // a second Ctrl-C ends the process at once
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);  // the terminal closed: same as SIGTERM
 }
 
 // Temp files "<ckpt>.tmp.<pid>" left by a writer that was killed mid-write (AtomicFile never
@@ -566,7 +568,7 @@ int run_train(const TrainOptions& options) {
       }
       if (g_stop_signal != 0) {
         const int sig = g_stop_signal;
-        stop(next, progress, sig == SIGINT ? "SIGINT" : "SIGTERM");
+        stop(next, progress, sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM");
         return 128 + sig;
       }
       bar.update(next.batch,

@@ -51,6 +51,12 @@ int64_t Tensor::stride(int64_t d) const {
   return strides()[normalize_dim(d, dim(), "stride")];
 }
 
+void Tensor::throw_undefined() {
+  throw ValueError(
+      "this tensor is undefined (it holds no data): e.g. .grad() before a backward pass reached "
+      "the parameter, or a default-constructed Tensor; check .defined() first");
+}
+
 void Tensor::check_data_ptr(DType requested) const {
   GRADUS_CHECK(defined(), ValueError, "data_ptr: the tensor is undefined");
   GRADUS_CHECK(requested == dtype(), DTypeError, "data_ptr: requested ", dtype_name(requested),

@@ -2,6 +2,10 @@
 // into normalised float32 images [N, 1, H, W] and int64 labels [N].
 #include "gradus/data/mnist.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "gradus/core/error.h"
@@ -20,6 +24,8 @@ std::string find_file(const MnistOptions& o, const std::string& stem) {
   std::error_code ec;
   if (fs::exists(gz, ec)) return gz.string();
   if (fs::exists(plain, ec)) return plain.string();
+  GRADUS_CHECK(!ec || ec == std::errc::no_such_file_or_directory, IOError,
+               "load dataset: cannot look for '", gz.string(), "': ", ec.message());
   throw IOError(detail::str_cat("load dataset: cannot find '", gz.string(), "' (nor '",
                                 plain.string(), "')", o.missing_hint));
 }
@@ -27,9 +33,17 @@ std::string find_file(const MnistOptions& o, const std::string& stem) {
 }  // namespace
 
 std::shared_ptr<TensorDataset> load_mnist_format(const MnistOptions& o) {
+  // The real cause: missing (with the install hint), not a directory, or not readable.
   std::error_code ec;
-  GRADUS_CHECK(fs::is_directory(o.dir, ec), IOError, "load dataset: the directory '", o.dir,
-               "' does not exist", o.missing_hint);
+  const fs::file_status st = fs::status(o.dir, ec);
+  GRADUS_CHECK(fs::exists(st), IOError, "load dataset: the directory '", o.dir, "' does not exist",
+               o.missing_hint);
+  GRADUS_CHECK(fs::is_directory(st), IOError, "load dataset: '", o.dir,
+               "' is not a directory; --data-dir takes the directory that holds the dataset files");
+  GRADUS_CHECK(::access(o.dir.c_str(), R_OK | X_OK) == 0, IOError,
+               "load dataset: cannot read the "
+               "directory '",
+               o.dir, "': ", std::strerror(errno));
   GRADUS_CHECK(o.std > 0, ValueError, "load dataset: std must be > 0, got ", o.std);
   const std::string split = o.train ? "train" : "t10k";
   const std::string images_path = find_file(o, split + "-images-idx3-ubyte");

@@ -384,7 +384,10 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
   std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
   fs::directory_iterator it(dir, ec);
-  if (ec) return out;
+  if (ec == std::errc::no_such_file_or_directory) return out;  // no run has written here yet
+  // Anything else (permission denied, not a directory) must not pass for "no checkpoint yet":
+  // a --resume would silently start from step 0.
+  GRADUS_CHECK(!ec, IOError, "cannot list the checkpoint directory '", dir, "': ", ec.message());
   for (const fs::directory_entry& e : it) {
     const int64_t step = step_of_filename(e.path().filename().string());
     if (step < 0) continue;  // includes every "*.tmp.<pid>" temp file

@@ -438,13 +438,20 @@ void pread_all(int fd, void* dst, uint64_t n, uint64_t offset, const std::string
   }
 }
 
-// Opens `path`, checks it is a regular file, returns its size.
+// Opens `path`, checks it is a regular file, returns its size. O_NONBLOCK: opening a FIFO for
+// reading would otherwise wait for a writer forever, before the regular-file check could run (it
+// changes nothing for regular files).
 uint64_t open_file(const std::string& path, Fd& f) {
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   GRADUS_CHECK(f.fd >= 0, IOError, path, ": cannot open: ", std::strerror(errno));
   struct stat st {};
   GRADUS_CHECK(::fstat(f.fd, &st) == 0, IOError, path, ": cannot stat: ", std::strerror(errno));
-  GRADUS_CHECK(S_ISREG(st.st_mode), IOError, path, ": not a regular file");
+  GRADUS_CHECK(S_ISREG(st.st_mode), IOError, path, ": not a regular file (",
+               S_ISDIR(st.st_mode)    ? "a directory"
+               : S_ISFIFO(st.st_mode) ? "a FIFO"
+               : S_ISCHR(st.st_mode)  ? "a character device"
+                                      : "a special file",
+               ")");
   return static_cast<uint64_t>(st.st_size);
 }
 

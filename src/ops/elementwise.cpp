@@ -193,7 +193,11 @@ Tensor pow(const Tensor& a, const Tensor& b) {
                  so = SavedTensor(out)](const TensorList& g, const NeedsGrad& needs) {
                   Tensor av = sa.get(), bv = sb.get();
                   Tensor ga, gb;
-                  if (needs[0]) ga = reduce_grad(mul(g[0], mul(bv, pow(av, sub(bv, 1.0)))), ma);
+                  if (needs[0]) {
+                    // b a^(b-1), and exactly 0 where b == 0 (at a == 0 the formula is 0 * inf).
+                    Tensor d = mul(bv, pow(av, sub(bv, 1.0)));
+                    ga = reduce_grad(mul(g[0], where(eq(bv, 0.0), zeros_like(d), d)), ma);
+                  }
                   if (needs[1]) {
                     // d/db a^b = a^b log a; defined as 0 where a == 0 (PyTorch's convention).
                     Tensor d = mul(so.get(), log(av));
@@ -210,8 +214,10 @@ Tensor pow(const Tensor& a, double exponent) {
   return record(
       "pow", out, {a},
       [ma = InputMeta(a), sa = SavedTensor(a), exponent](const TensorList& g, const NeedsGrad&) {
-        Tensor d =
-            exponent == 2.0 ? mul(sa.get(), 2.0) : mul(pow(sa.get(), exponent - 1.0), exponent);
+        // x^0 is constant: its gradient is 0 everywhere (the formula would give 0 * inf at 0).
+        Tensor d = exponent == 0.0   ? zeros_like(sa.get())
+                   : exponent == 2.0 ? mul(sa.get(), 2.0)
+                                     : mul(pow(sa.get(), exponent - 1.0), exponent);
         return TensorList{reduce_grad(mul(g[0], d), ma)};
       });
 }

@@ -20,6 +20,33 @@ void check_inplace(const Tensor& t, const char* op) {
                ") while grad mode is on; wrap it in gradus::NoGradGuard or use the out-of-place "
                "op");
 }
+
+// Whether an in-place add_/mul_ must go through autograd: a non-leaf in grad mode. A leaf that
+// requires grad (a parameter) is refused.
+bool inplace_with_history(const Tensor& t, const char* op) {
+  check_defined(op, {&t});
+  if (!is_grad_enabled() || !t.requires_grad()) return false;
+  GRADUS_CHECK(!t.is_leaf(), AutogradError, op,
+               ": in-place update of a leaf that requires grad (shape ", shape_str(t.sizes()),
+               ", e.g. a parameter) while grad mode is on; wrap it in gradus::NoGradGuard (as "
+               "optimizers do) or use the out-of-place op");
+  return true;
+}
+
+// y.op_(...) on a non-leaf: `result` = op(y, ...) was computed out of place with autograd; its
+// values go into y's storage and y's history becomes result's, so gradients flow through the
+// update to y's old history. The version bump makes any node that saved y's old value fail at
+// backward instead of using the new one.
+Tensor& rebase_history(Tensor& self, const Tensor& result) {
+  if (self.numel() > 0) backend_of(self).copy(result, self);
+  self.bump_version();
+  AutogradMeta& meta = self.impl()->autograd_mut();
+  const AutogradMeta* from = result.impl()->autograd();
+  meta.grad_fn = from ? from->grad_fn : nullptr;
+  meta.output_nr = from ? from->output_nr : 0;
+  meta.requires_grad = true;
+  return self;
+}
 }  // namespace
 
 Tensor& Tensor::zero_() {
@@ -49,12 +76,15 @@ Tensor& Tensor::copy_(const Tensor& src) {
 }
 
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
-  check_inplace(*this, "add_");
-  check_defined("add_", {&other});
+  check_defined("add_", {this, &other});
   check_same_device("add_", {this, &other});
   GRADUS_CHECK(broadcast_shapes(other.sizes(), sizes(), "add_") == sizes(), ShapeError,
                "add_: operand of shape ", shape_str(other.sizes()),
                " cannot be broadcast to the destination's shape ", shape_str(sizes()));
+  if (inplace_with_history(*this, "add_")) {
+    const Tensor b = other.dtype() == dtype() ? other : other.to(dtype());
+    return rebase_history(*this, add(*this, b, alpha));
+  }
   if (numel() > 0) {
     backend_of(*this).binary(backend::BinaryOp::add, *this,
                              broadcast_raw(cast_raw(other, dtype()), sizes()), *this, alpha);
@@ -64,7 +94,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 }
 
 Tensor& Tensor::mul_(double value) {
-  check_inplace(*this, "mul_");
+  if (inplace_with_history(*this, "mul_")) return rebase_history(*this, mul(*this, value));
   if (numel() > 0) backend_of(*this).unary(backend::UnaryOp::affine, *this, *this, value, 0.0);
   bump_version();
   return *this;

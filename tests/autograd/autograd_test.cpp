@@ -82,6 +82,50 @@ TEST(Autograd, InPlaceModificationOfSavedTensorIsDetected) {
   EXPECT_THROW(x.fill_(0.0), AutogradError);  // leaf requiring grad, grad mode on
 }
 
+// add_/mul_ on a non-leaf: history is rebased onto the update, gradients match the out-of-place
+// computation (float64 reference), and a node that saved the old value fails at backward.
+TEST(Autograd, InPlaceAddAndMulOnNonLeafAreDifferentiable) {
+  const uint64_t seed = fresh_seed();
+  Tensor x = random_tensor({5}, seed).set_requires_grad();
+  Tensor z = random_tensor({5}, seed + 1).set_requires_grad();
+  Tensor y = mul(x, 3.0);
+  y.mul_(2.0);
+  y.add_(z, 0.5);
+  Tensor w = random_tensor({5}, seed + 2);
+  sum(mul(y, w)).backward();  // y = 6x + z/2
+  const auto wv = w.to_vector<double>(), xv = x.to_vector<double>(), zv = z.to_vector<double>();
+  const auto yv = y.to_vector<double>(), gx = x.grad().to_vector<double>(),
+             gz = z.grad().to_vector<double>();
+  for (size_t i = 0; i < wv.size(); ++i) {
+    EXPECT_NEAR(yv[i], 6 * xv[i] + 0.5 * zv[i], 1e-12);
+    EXPECT_NEAR(gx[i], 6 * wv[i], 1e-12);
+    EXPECT_NEAR(gz[i], 0.5 * wv[i], 1e-12);
+  }
+  // exp saves its output; changing it in place must fail at backward, not give wrong gradients.
+  Tensor h = exp(x);
+  h.mul_(2.0);
+  EXPECT_THROW(sum(h).backward(), AutogradError);
+  // A leaf that requires grad is still refused in grad mode.
+  EXPECT_THROW(x.mul_(2.0), AutogradError);
+  EXPECT_THROW(x.add_(z), AutogradError);
+}
+
+// d/dx x^0 = 0 everywhere, also at 0 (the formula would be 0 * inf); likewise d/da a^b at b = 0.
+TEST(Autograd, PowGradientAtZeroExponentIsZero) {
+  Tensor x = from_vector(std::vector<double>{0.0, -1.5, 2.0}, {3}).set_requires_grad();
+  sum(pow(x, 0.0)).backward();
+  for (double g : x.grad().to_vector<double>()) EXPECT_EQ(g, 0.0);
+  Tensor a = from_vector(std::vector<double>{0.0, 0.0, 2.0}, {3}).set_requires_grad();
+  Tensor b = from_vector(std::vector<double>{0.0, 1.0, 0.0}, {3}).set_requires_grad();
+  sum(pow(a, b)).backward();
+  const auto ga = a.grad().to_vector<double>(), gb = b.grad().to_vector<double>();
+  EXPECT_EQ(ga[0], 0.0);  // 0^0: PyTorch gives 0
+  EXPECT_EQ(ga[1], 1.0);  // d/da a^1 = 1
+  EXPECT_EQ(ga[2], 0.0);
+  for (double g : gb) EXPECT_TRUE(std::isfinite(g));
+  EXPECT_EQ(gb[0], 0.0);  // a^b log a at a == 0: 0 by convention
+}
+
 TEST(Autograd, GradReturnsWithoutAccumulating) {
   Tensor x = random_tensor({3}, fresh_seed()).set_requires_grad();
   Tensor z = random_tensor({3}, fresh_seed()).set_requires_grad();

@@ -1,6 +1,7 @@
 // Core tensor behaviour: metadata, views sharing storage, dtypes and casts, devices, errors,
 // printing and the Philox generator state.
 #include <gtest/gtest.h>
+#include <functional>
 
 #include "support/test_util.h"
 
@@ -187,6 +188,30 @@ TEST(Random, SameSeedSameNumbersAndStateIsSeedPlusOffset) {
   Tensor ri = randint(-3, 5, {10000}, {.dtype = DType::i64}, &g1);
   EXPECT_EQ(min(ri).item(), -3);
   EXPECT_EQ(max(ri).item(), 4);
+}
+
+// Reading an undefined tensor (p.grad() before any backward) is a clear error, not a crash.
+TEST(Tensor, UndefinedTensorAccessorsThrow) {
+  const Tensor t;
+  EXPECT_FALSE(t.defined());
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no ValueError");
+  };
+  for (const std::string& m :
+       {message([&] { (void)t.shape(); }), message([&] { (void)t.sizes(); }),
+        message([&] { (void)t.dim(); }), message([&] { (void)t.numel(); }),
+        message([&] { (void)t.dtype(); }), message([&] { (void)t.device(); }),
+        message([&] { (void)t.size(0); }), message([&] { (void)t.raw_data(); }),
+        message([&] { (void)t.is_contiguous(); }), message([&] { (void)t.strides(); })}) {
+    EXPECT_NE(m.find("undefined"), std::string::npos) << m;
+  }
+  Tensor p = zeros({3}).set_requires_grad();
+  EXPECT_THROW((void)p.grad().shape(), ValueError);
 }
 
 }  // namespace

@@ -119,4 +119,26 @@ expect_fail "--save under /proc" "cannot write in '/proc'" \
 expect_fail "--checkpoint-dir under /proc" "cannot (write in|create the directory) '/proc" \
   "$GRADUS" train --data-dir /nonexistent --checkpoint-dir /proc/ck --device cpu
 
+# --- 5. a FIFO is refused at once; SIGHUP stops like SIGTERM (with a checkpoint) -------------------
+mkfifo pipe.safetensors
+rc=0
+out=$(timeout 10 "$GRADUS" inspect pipe.safetensors 2>&1) || rc=$?
+[ "$rc" -eq 1 ] || fail "inspect on a FIFO: expected exit 1 at once, got $rc (124: it hung): $out"
+echo "$out" | grep -q "not a regular file (a FIFO)" || fail "inspect on a FIFO: $out"
+echo "ok: inspect on a FIFO -> $out"
+rm -rf ck5
+touch hup.mark
+"$GRADUS" "${BASE[@]}" --epochs 40 --checkpoint-dir ck5 --checkpoint-every 2 >hup.out 2>&1 &
+pid=$!
+for _ in $(seq 1 400); do
+  [ -n "$(find ck5 -newer hup.mark -name 'ckpt-*' 2>/dev/null | head -1)" ] && break
+  sleep 0.05
+done
+kill -HUP "$pid"
+rc=0
+wait "$pid" || rc=$?
+[ "$rc" -eq 129 ] || fail "SIGHUP: expected exit 129 (128 + 1), got $rc: $(cat hup.out)"
+grep -q "stopped after step [0-9]* (SIGHUP); checkpoint" hup.out || fail "SIGHUP: no checkpoint: $(cat hup.out)"
+echo "ok: SIGHUP -> $(grep 'stopped after' hup.out)"
+
 echo "PASS: guards ($detected damaged checkpoints detected)"

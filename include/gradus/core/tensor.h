@@ -91,30 +91,32 @@ class Tensor {
   bool defined() const { return impl_ != nullptr; }
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
-  int64_t dim() const { return static_cast<int64_t>(impl()->sizes().size()); }
-  const Shape& shape() const { return impl()->sizes(); }
-  const Shape& sizes() const { return impl()->sizes(); }
-  const Shape& strides() const { return impl()->strides(); }
+  // The accessors below throw ValueError on an undefined tensor (e.g. p.grad() before any
+  // backward) instead of dereferencing null.
+  int64_t dim() const { return static_cast<int64_t>(checked()->sizes().size()); }
+  const Shape& shape() const { return checked()->sizes(); }
+  const Shape& sizes() const { return checked()->sizes(); }
+  const Shape& strides() const { return checked()->strides(); }
   int64_t size(int64_t d) const;
   int64_t stride(int64_t d) const;
-  int64_t numel() const { return impl()->numel(); }
-  int64_t offset() const { return impl()->offset(); }
-  DType dtype() const { return impl()->dtype(); }
-  Device device() const { return impl()->device(); }
+  int64_t numel() const { return checked()->numel(); }
+  int64_t offset() const { return checked()->offset(); }
+  DType dtype() const { return checked()->dtype(); }
+  Device device() const { return checked()->device(); }
   TensorOptions options() const { return {dtype(), device(), false}; }
-  bool is_contiguous() const { return impl()->is_contiguous(); }
+  bool is_contiguous() const { return checked()->is_contiguous(); }
   bool is_cuda() const { return device().is_cuda(); }
   size_t element_size() const { return dtype_size(dtype()); }
-  void* raw_data() const { return impl()->data(); }
+  void* raw_data() const { return checked()->data(); }
   // Typed pointer to the first element; throws DTypeError if T does not match dtype().
   template <typename T>
   T* data_ptr() const {
     check_data_ptr(DTypeOf<T>::value);
-    return static_cast<T*>(impl()->data());
+    return static_cast<T*>(checked()->data());
   }
   bool same(const Tensor& other) const { return impl_ == other.impl_; }
-  uint64_t version() const { return impl()->storage()->version(); }
-  void bump_version() const { impl()->storage()->bump_version(); }
+  uint64_t version() const { return checked()->storage()->version(); }
+  void bump_version() const { checked()->storage()->bump_version(); }
   // A view of the same storage with new sizes/strides/offset (no checks, no autograd).
   Tensor as_strided_raw(Shape sizes, Shape strides, int64_t offset) const;
 
@@ -164,8 +166,11 @@ class Tensor {
   Tensor mean(const std::vector<int64_t>& dims, bool keepdim = false) const;
   Tensor argmax(int64_t dim, bool keepdim = false) const;
 
-  // In-place (bump the version counter; not allowed on leaves that require grad while grad
-  // mode is on, like PyTorch).
+  // In-place (bump the version counter). While grad mode is on, a tensor that requires grad may
+  // be updated in place only by add_ and mul_, and only when it is not a leaf (y = f(x);
+  // y.mul_(2)): its history is then rebased onto the update, as in PyTorch, and a node that had
+  // saved y's old value fails at backward. Leaves that require grad (parameters) are refused
+  // (update them under NoGradGuard), as are zero_/fill_/copy_ on any tensor that requires grad.
   Tensor& zero_();
   Tensor& fill_(double value);
   Tensor& copy_(const Tensor& src);  // broadcasts and casts src
@@ -187,6 +192,12 @@ class Tensor {
   std::string str() const;  // PyTorch-like text: tensor([[1.0000, 2.0000], ...])
 
  private:
+  TensorImpl* checked() const {
+    if (impl_ == nullptr) [[unlikely]]
+      throw_undefined();
+    return impl_.get();
+  }
+  [[noreturn]] static void throw_undefined();
   void check_data_ptr(DType requested) const;
   std::shared_ptr<TensorImpl> impl_;
 };

@@ -74,7 +74,8 @@ std::string save_checkpoint(const std::string& dir, int64_t step, const Training
                             int keep_last_k = 0);
 
 // The checkpoints in dir whose names match ckpt-<digits>.safetensors (not validated), sorted by
-// ascending step. Temp files are never listed. Empty when dir does not exist.
+// ascending step. Temp files are never listed. Empty when dir does not exist; IOError when it
+// exists but cannot be listed (not a directory, permission denied).
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir);
 
 // The path of the newest checkpoint in dir whose header validates against its file size and is a
