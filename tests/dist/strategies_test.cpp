@@ -46,7 +46,7 @@ TEST_P(Strategy, MatchesOneProcessOnTheWholeBatch) {
     }
     reference_step(*ref, *ref_opt, batch, size);
   }
-  const double tol = model_name == "cnn" && opt_name == "adam" ? 1e-7 : 1e-12;  // see ddp_test
+  const double tol = equivalence_tolerance(model_name, opt_name);
   EXPECT_LT(params_diff(*local, *ref), tol)
       << mode << " " << model_name << " " << opt_name << " seed " << seed;
 
