@@ -1,6 +1,7 @@
 // The umbrella header: everything a training program needs.
 #pragma once
 
+#include "gradus/amp/amp.h"
 #include "gradus/autograd.h"
 #include "gradus/core/determinism.h"
 #include "gradus/core/device.h"

@@ -278,6 +278,14 @@ class Backend {
   virtual void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                          const std::vector<Tensor>& exp_avg, const std::vector<Tensor>& exp_avg_sq,
                          const std::vector<Tensor>& max_exp_avg_sq, const AdamArgs& args) = 0;
+
+  // ---- mixed precision ----
+  // Loss-scaling's unscale (amp::GradScaler): every tensor (contiguous, floating) is multiplied by
+  // `scale` in place, in its own dtype's compute type, and found_inf (one float32 element on the
+  // same device) is set to 1 when any element of any tensor was not finite; otherwise it is left
+  // as it is. One pass over each tensor, no host synchronisation.
+  virtual void unscale_and_check(const std::vector<Tensor>& tensors, double scale,
+                                 const Tensor& found_inf) = 0;
 };
 
 // The registry lives in src/ops/dispatch.cpp: gradus::autograd sits above the backends, links

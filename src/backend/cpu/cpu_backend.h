@@ -102,6 +102,8 @@ class CpuBackend final : public Backend {
   void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<Tensor>& exp_avg, const std::vector<Tensor>& exp_avg_sq,
                  const std::vector<Tensor>& max_exp_avg_sq, const AdamArgs& args) override;
+  void unscale_and_check(const std::vector<Tensor>& tensors, double scale,
+                         const Tensor& found_inf) override;
 };
 
 }  // namespace gradus::backend::cpu

@@ -11,6 +11,7 @@
 //         [amsgrad: vmax = max(vmax, v), used below instead of v]
 //         denom = sqrt(v) / sqrt(1 - beta2^step) + eps;  p = p + ((-lr / (1 - beta1^step)) * m) /
 //         denom
+#include <atomic>
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
@@ -186,6 +187,58 @@ void CpuBackend::adam_step(const std::vector<Tensor>& params, const std::vector<
       run(0.0f);
     }
   });
+}
+
+namespace {
+
+// x *= scale over [begin, end); true when an element was not finite (before scaling). 16-bit
+// values compute in float, like every other 16-bit op on the CPU.
+template <typename T, typename C>
+bool unscale_chunk(T* x, int64_t begin, int64_t end, C scale) {
+  bool bad = false;
+  for (int64_t i = begin; i < end; ++i) {
+    const C v = static_cast<C>(x[i]);
+    bad |= !std::isfinite(v);
+    x[i] = static_cast<T>(v * scale);
+  }
+  return bad;
+}
+
+}  // namespace
+
+void CpuBackend::unscale_and_check(const std::vector<Tensor>& tensors, double scale,
+                                   const Tensor& found_inf) {
+  GRADUS_CHECK(found_inf.dtype() == DType::f32 && found_inf.numel() == 1, DTypeError,
+               "unscale_and_check: found_inf must be one float32 element");
+  for (const Tensor& t : tensors) {
+    GRADUS_CHECK(t.is_contiguous() && is_floating(t.dtype()), ValueError,
+                 "unscale_and_check: tensors must be contiguous and floating, got ",
+                 dtype_name(t.dtype()), " ", shape_str(t.sizes()));
+  }
+  int64_t total;
+  const std::vector<Chunk> chunks = make_chunks(tensors, total);
+  std::atomic<bool> found{false};
+  const float fscale = static_cast<float>(scale);
+  run_chunks(chunks, total, [&](const Chunk& c) {
+    const Tensor& t = tensors[c.tensor];
+    bool bad = false;
+    switch (t.dtype()) {
+      case DType::f64:
+        bad = unscale_chunk(static_cast<double*>(t.raw_data()), c.begin, c.end, scale);
+        break;
+      case DType::f32:
+        bad = unscale_chunk(static_cast<float*>(t.raw_data()), c.begin, c.end, fscale);
+        break;
+      case DType::f16:
+        bad = unscale_chunk(static_cast<Half*>(t.raw_data()), c.begin, c.end, fscale);
+        break;
+      default:
+        bad = unscale_chunk(static_cast<BFloat16*>(t.raw_data()), c.begin, c.end, fscale);
+        break;
+    }
+    if (bad) found.store(true, std::memory_order_relaxed);
+  });
+  if (found.load()) *static_cast<float*>(found_inf.raw_data()) = 1.0f;
 }
 
 }  // namespace gradus::backend::cpu

@@ -216,5 +216,7 @@ struct TensorList {
 };
 void launch_sgd(const TensorList& l, const SgdArgs& a, cudaStream_t stream);
 void launch_adam(const TensorList& l, const AdamArgs& a, cudaStream_t stream);
+// amp: l.param[k] *= scale in place; *found_inf = 1 where an element was not finite.
+void launch_unscale(const TensorList& l, double scale, float* found_inf, cudaStream_t stream);
 
 }  // namespace gradus::backend::cuda

@@ -230,4 +230,19 @@ void CudaBackend::adam_step(const std::vector<Tensor>& params, const std::vector
       [&](const TensorList& l) { launch_adam(l, a, stream); });
 }
 
+void CudaBackend::unscale_and_check(const std::vector<Tensor>& tensors, double scale,
+                                    const Tensor& found_inf) {
+  if (tensors.empty()) return;
+  GRADUS_CHECK(found_inf.dtype() == DType::f32 && found_inf.numel() == 1 && found_inf.is_cuda(),
+               DTypeError, "unscale_and_check: found_inf must be one float32 element on the GPU");
+  DeviceGuard guard(found_inf);
+  cudaStream_t stream = stream_of(found_inf.device().index());
+  float* flag = static_cast<float*>(found_inf.raw_data());
+  // The tensors are their own "gradients" in the list (the same walk as the optimizers).
+  for_each_list(
+      "unscale_and_check", tensors, tensors, [&](size_t i) { return tensors[i].dtype(); },
+      [](TensorList&, int, size_t) {},
+      [&](const TensorList& l) { launch_unscale(l, scale, flag, stream); });
+}
+
 }  // namespace gradus::backend::cuda

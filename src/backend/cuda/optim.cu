@@ -182,4 +182,38 @@ void launch_adam(const TensorList& l, const AdamArgs& args, cudaStream_t stream)
   GRADUS_CUDA_CHECK_LAUNCH("adam_step");
 }
 
+namespace {
+
+// Loss-scaling's unscale: x *= scale, and a flag where any element was not finite (before
+// scaling). Every thread that sees one writes the same 1, so the race is benign.
+template <typename P>
+__global__ void __launch_bounds__(kThreads)
+    unscale_kernel(TensorList l, compute_t<P> scale, float* found_inf) {
+  using C = compute_t<P>;
+  int t;
+  int64_t begin, end;
+  if (!locate(l, t, begin, end)) return;
+  P* x = static_cast<P*>(l.param[t]);
+  bool bad = false;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const C v = load(x + i);
+    bad |= !isfinite(v);
+    x[i] = convert<P>(mul(v, scale));
+  }
+  if (bad) *found_inf = 1.0f;
+}
+
+}  // namespace
+
+void launch_unscale(const TensorList& l, double scale, float* found_inf, cudaStream_t stream) {
+  const int blocks = l.chunk_start[l.count];
+  if (blocks == 0) return;
+  dispatch_float(l.param_dtype, "unscale_and_check", [&](auto tag) {
+    using P = decltype(tag);
+    unscale_kernel<P><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        l, static_cast<compute_t<P>>(scale), found_inf);
+  });
+  GRADUS_CUDA_CHECK_LAUNCH("unscale_and_check");
+}
+
 }  // namespace gradus::backend::cuda

@@ -1,0 +1,4 @@
+// gradus::amp: mixed-precision training tools.
+#pragma once
+
+#include "gradus/amp/grad_scaler.h"
