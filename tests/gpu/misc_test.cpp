@@ -139,5 +139,33 @@ TEST(CudaOptim, AdamAndAdamW) {
   }
 }
 
+// amp's unscale_and_check on CUDA against the CPU backend: the same products in every float dtype
+// (several tensors, chunks of one launch and several launches), and the inf/NaN flag.
+TEST(CudaAmp, UnscaleAndCheckMatchesTheCpu) {
+  GRADUS_REQUIRE_GPU();
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    for (int planted = -1; planted < 3; ++planted) {
+      std::vector<Tensor> c, g;
+      for (int64_t n : {int64_t{1}, int64_t{4097}, int64_t{70001}}) c.push_back(rnd({n}, t, -4, 4));
+      if (planted >= 0) {
+        // An inf (or NaN) in one tensor: every tensor is still scaled, the flag is raised.
+        Tensor host = c[static_cast<size_t>(planted)].to(DType::f64);
+        static_cast<double*>(host.raw_data())[0] = planted == 1 ? std::nan("") : HUGE_VAL;
+        c[static_cast<size_t>(planted)] = host.to(t);
+      }
+      for (const Tensor& x : c) g.push_back(x.to(cuda0()));
+      Tensor fc = zeros({1}, {DType::f32});
+      Tensor fg = zeros({1}, {DType::f32, cuda0()});
+      cpu().unscale_and_check(c, 1.0 / 1024.0, fc);
+      gpu().unscale_and_check(g, 1.0 / 1024.0, fg);
+      for (size_t i = 0; i < c.size(); ++i) {
+        EXPECT_TRUE(identical(g[i], c[i])) << dtype_name(t) << " tensor " << i;
+      }
+      EXPECT_EQ(fg.to(Device::cpu()).item(), planted >= 0 ? 1.0 : 0.0) << dtype_name(t);
+      EXPECT_EQ(fc.item(), planted >= 0 ? 1.0 : 0.0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gradus
