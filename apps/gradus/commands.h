@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gradus/data/mnist.h"
 
@@ -33,6 +34,9 @@ struct TrainOptions {
   int64_t limit_test = -1;
   bool no_progress = false;
   double dropout = 0.0;  // mlp only: dropout after each hidden activation
+  // Parameter-name prefixes to freeze (no gradient, not updated; batch norms under them stay in
+  // eval mode), e.g. "features." or "0.".
+  std::vector<std::string> freeze;
   // Reliability (docs/reliability.md).
   std::string checkpoint_dir;    // empty: no checkpoints
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end of each epoch)

@@ -15,9 +15,9 @@ using json = nlohmann::ordered_json;
 // Keys whose change makes a resumed run a different computation: refusing is the only safe
 // answer (a silently different batch size or optimizer would corrupt the run).
 constexpr const char* kStrictKeys[] = {
-    "format_version", "model",        "dropout",    "data",        "limit_train",
-    "batch_size",     "optimizer",    "lr",         "momentum",    "weight_decay",
-    "scheduler",      "warmup_steps", "step_gamma", "step_epochs", "seed"};
+    "format_version", "model",       "dropout",  "data",         "limit_train", "batch_size",
+    "optimizer",      "lr",          "momentum", "weight_decay", "scheduler",   "warmup_steps",
+    "step_gamma",     "step_epochs", "seed",     "freeze"};
 // Keys that may change on resume, with what the change means.
 struct SoftKey {
   const char* key;
@@ -58,6 +58,8 @@ std::string run_config_json(const TrainOptions& o, int threads, const std::strin
   j["step_gamma"] = o.step_gamma;
   j["step_epochs"] = o.step_epochs;
   j["seed"] = o.seed;
+  // Only when given, so checkpoints of runs without it compare equal to older ones.
+  if (!o.freeze.empty()) j["freeze"] = o.freeze;
   j["threads"] = threads;
   j["device"] = device;
   return j.dump();

@@ -408,8 +408,6 @@ int run_train(const TrainOptions& options) {
     return mnist ? data::load_mnist(dir, train, limit)
                  : data::load_fashion_mnist(dir, train, limit);
   };
-  std::shared_ptr<data::TensorDataset> train_set = load(true, o.limit_train);
-  std::shared_ptr<data::TensorDataset> test_set = load(false, o.limit_test);
 
   GRADUS_CHECK(o.dropout == 0 || o.model == "mlp", ValueError,
                "train: --dropout is only supported for --model mlp (got --model ", o.model, ")");
@@ -419,6 +417,11 @@ int run_train(const TrainOptions& options) {
                     : nn::make_model(o.model);
   model->to(device);
   model->train();
+  for (const std::string& prefix : o.freeze) {
+    const int64_t n = model->freeze(prefix, /*keep_norm_eval=*/true);
+    std::fprintf(stderr, "gradus train: --freeze %s: %lld parameter tensor(s) frozen\n",
+                 prefix.c_str(), static_cast<long long>(n));
+  }
   // --lr-scaling linear: the rule for large global batches (Goyal et al.), with --warmup-steps.
   const double lr = o.lr_scaling == "linear" ? o.lr * static_cast<double>(o.batch_size) /
                                                    static_cast<double>(o.lr_reference_batch)
@@ -451,6 +454,9 @@ int run_train(const TrainOptions& options) {
     dist::wait_all(works);
   };
 
+  // The data last: a bad model option (--freeze PREFIX) fails before the dataset is read.
+  std::shared_ptr<data::TensorDataset> train_set = load(true, o.limit_train);
+  std::shared_ptr<data::TensorDataset> test_set = load(false, o.limit_test);
   data::DataLoader train_loader(train_set, {.batch_size = o.batch_size,
                                             .shuffle = true,
                                             .seed = o.seed,

@@ -1,6 +1,7 @@
 // nn::Module: registration, traversal, state dicts, modes, placement and printing.
 #include "gradus/nn/module.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -241,8 +242,8 @@ LoadResult Module::load_state_dict(const StateDict& state, bool strict) {
 
 // ---------------------------------------------------------------------------- modes & placement
 Module& Module::train(bool on) {
-  training_ = on;
-  on_train(on);
+  training_ = on && !keep_eval_;
+  on_train(training_);
   for (const auto& item : children_) item.second->train(on);
   return *this;
 }
@@ -298,6 +299,68 @@ void Module::freeze() {
 void Module::unfreeze() {
   for (Tensor& p : parameters())
     if (is_floating(p.dtype())) p.set_requires_grad(true);
+}
+
+namespace {
+
+bool has_prefix(const std::string& name, const std::string& prefix) {
+  return name.compare(0, prefix.size(), prefix) == 0;
+}
+
+// The top-level names of a module's parameters ("features.", "classifier.", ...), for errors.
+std::string top_level_names(const std::vector<std::pair<std::string, Tensor>>& named) {
+  std::vector<std::string> tops;
+  for (const auto& [name, p] : named) {
+    const std::string top = name.substr(0, name.find('.') + 1);
+    if (std::find(tops.begin(), tops.end(), top) == tops.end()) tops.push_back(top);
+  }
+  std::string out;
+  for (size_t i = 0; i < tops.size() && i < 12; ++i) out += (i ? ", " : "") + tops[i];
+  return out;
+}
+
+}  // namespace
+
+int64_t Module::freeze(const std::string& prefix, bool keep_norm_eval) {
+  const auto named = named_parameters();
+  int64_t matched = 0;
+  for (const auto& [name, p] : named) {
+    if (!has_prefix(name, prefix)) continue;
+    Tensor t = p;
+    t.set_requires_grad(false);
+    ++matched;
+  }
+  GRADUS_CHECK(matched > 0, ValueError, "freeze: no parameter name starts with '", prefix,
+               "' (this module's parameters start with: ", top_level_names(named), ")");
+  if (keep_norm_eval) {
+    for (auto& [name, m] : named_modules()) {
+      const std::string tn = m->type_name();
+      if (tn.find("BatchNorm") == std::string::npos) continue;
+      if (!has_prefix(name + ".", prefix) && !has_prefix(name, prefix)) continue;
+      m->keep_eval_ = true;
+      m->train(false);
+    }
+  }
+  return matched;
+}
+
+int64_t Module::unfreeze(const std::string& prefix) {
+  const auto named = named_parameters();
+  int64_t matched = 0;
+  for (const auto& [name, p] : named) {
+    if (!has_prefix(name, prefix) || !is_floating(p.dtype())) continue;
+    Tensor t = p;
+    t.set_requires_grad(true);
+    ++matched;
+  }
+  GRADUS_CHECK(matched > 0, ValueError, "unfreeze: no parameter name starts with '", prefix,
+               "' (this module's parameters start with: ", top_level_names(named), ")");
+  for (auto& [name, m] : named_modules()) {
+    if (m->keep_eval_ && (has_prefix(name + ".", prefix) || has_prefix(name, prefix))) {
+      m->keep_eval_ = false;
+    }
+  }
+  return matched;
 }
 
 int64_t Module::num_parameters(bool trainable_only) const {

@@ -121,9 +121,20 @@ class Module : public std::enable_shared_from_this<Module> {
   Module& to(Device device, DType dtype);
   // Drops every parameter's gradient (PyTorch's set_to_none=True default).
   void zero_grad();
-  // requires_grad off / on for every parameter.
+  // requires_grad off / on for every parameter. A frozen parameter gets no gradient: backward
+  // skips its gradient kernels (e.g. the weight-gradient GEMM of a Linear) and optimizers skip it.
   void freeze();
   void unfreeze();
+  void requires_grad_(bool on) { on ? unfreeze() : freeze(); }
+  // The same for the parameters whose state_dict name starts with `prefix` ("features." freezes
+  // features.0.weight, features.3.bias, ...); keep_norm_eval also keeps the batch-norm modules
+  // under that prefix in eval mode through later train() calls (their running statistics stay as
+  // loaded, as fine-tuning wants). Returns how many parameters matched; ValueError naming the
+  // module's top-level names when none does.
+  int64_t freeze(const std::string& prefix, bool keep_norm_eval = false);
+  int64_t unfreeze(const std::string& prefix);
+  // Whether train() leaves this module (a frozen batch norm) in eval mode.
+  bool keeps_eval() const { return keep_eval_; }
   int64_t num_parameters(bool trainable_only = false) const;
   // Calls fn on every module (pre-order).
   void apply(const std::function<void(Module&)>& fn);
@@ -149,6 +160,7 @@ class Module : public std::enable_shared_from_this<Module> {
   void convert(const std::function<Tensor(const Tensor&)>& fn);
 
   bool training_ = true;
+  bool keep_eval_ = false;
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
