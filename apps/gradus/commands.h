@@ -16,6 +16,7 @@ struct TrainOptions {
   std::string data_dir;  // empty: data::kDefaultFashionMnistDir for fashion-mnist
   int epochs = 10;
   int64_t batch_size = 128;
+  bool batch_size_auto = false;  // --batch-size auto: the largest that fits (batch_finder.cpp)
   double lr = 1e-3;
   std::string optimizer = "adam";
   double momentum = 0.9;  // sgd
@@ -37,6 +38,7 @@ struct TrainOptions {
   // Parameter-name prefixes to freeze (no gradient, not updated; batch norms under them stay in
   // eval mode), e.g. "features." or "0.".
   std::vector<std::string> freeze;
+  std::string memory_limit;  // "" or a size ("1GiB", "512MiB", "2e9"): CPU tensors may hold at most
   // Reliability (docs/reliability.md).
   std::string checkpoint_dir;    // empty: no checkpoints
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end of each epoch)
@@ -93,6 +95,8 @@ int run_info();
 // Shared by the commands: applies --threads (0 keeps the default) and resolves --device,
 // checking that a requested CUDA device exists.
 void apply_threads(int threads);
+// "1GiB", "512MiB", "1.5G", "2e9" -> bytes (> 0, finite); ValueError naming the text otherwise.
+size_t parse_byte_size(const std::string& text);
 Device resolve_device(const std::string& name);
 
 }  // namespace gradus::cli

@@ -2,6 +2,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -26,6 +27,30 @@ void apply_threads(int threads) {
                  "matrix products use %d (the other ops use %d)\n",
                  threads, blas, blas, threads);
   }
+}
+
+size_t parse_byte_size(const std::string& text) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  const std::string unit = text.substr(pos);
+  double mult = 0;
+  if (unit.empty() || unit == "B") mult = 1;
+  if (unit == "K" || unit == "KiB") mult = 1024.0;
+  if (unit == "M" || unit == "MiB") mult = 1024.0 * 1024;
+  if (unit == "G" || unit == "GiB") mult = 1024.0 * 1024 * 1024;
+  if (unit == "KB") mult = 1e3;
+  if (unit == "MB") mult = 1e6;
+  if (unit == "GB") mult = 1e9;
+  GRADUS_CHECK(pos > 0 && mult > 0 && std::isfinite(v) && v * mult >= 1 && v * mult < 1e18,
+               ValueError, "'", text,
+               "' is not a size: expected a positive number of bytes with an optional unit "
+               "(KiB, MiB, GiB, KB, MB, GB), e.g. 512MiB");
+  return static_cast<size_t>(v * mult);
 }
 
 Device resolve_device(const std::string& name) {

@@ -68,6 +68,29 @@ const CLI::Validator kUnsigned(
     },
     "UINT");
 
+// Sizes: a number of bytes with an optional unit (KiB, MiB, GiB, KB, MB, GB, K, M, G).
+const CLI::Validator kByteSize(
+    [](std::string& text) -> std::string {
+      try {
+        (void)gradus::cli::parse_byte_size(text);
+        return {};
+      } catch (const gradus::Error& e) {
+        return e.what();
+      }
+    },
+    "SIZE");
+
+const CLI::Validator kPositiveIntegerOrAuto(
+    [](std::string& text) -> std::string {
+      if (text == "auto") return {};
+      if (!text.empty() && text.size() < 16 &&
+          text.find_first_not_of("0123456789") == std::string::npos && std::stoll(text) > 0) {
+        return {};
+      }
+      return "'" + text + "' is not a positive integer or 'auto'";
+    },
+    "N|auto");
+
 using gradus::cli::BenchOptions;
 using gradus::cli::TrainOptions;
 
@@ -91,12 +114,22 @@ void add_train(CLI::App& app, TrainOptions& o) {
                 "Freeze the parameters whose names start with PREFIX (e.g. features. or 0.; "
                 "repeatable): no gradient, no update, batch norms under them kept in eval mode")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  c->add_option("--memory-limit", o.memory_limit,
+                "Most memory CPU tensors may hold (e.g. 1GiB); above it an allocation fails "
+                "with an out-of-memory error, as on a full GPU")
+      ->check(kByteSize);
   c->add_option("--epochs", o.epochs, "Passes over the training set")
       ->check(kPositive)
       ->capture_default_str();
-  c->add_option("--batch-size", o.batch_size, "Examples per step")
-      ->check(kPositive)
-      ->capture_default_str();
+  c->add_option_function<std::string>(
+       "--batch-size",
+       [&o](const std::string& v) {
+         o.batch_size_auto = v == "auto";
+         if (!o.batch_size_auto) o.batch_size = std::stoll(v);
+       },
+       "Examples per step (the global batch with --dist; default 128), or auto: the largest "
+       "that fits in memory (GPU, or --memory-limit on the CPU), found by trying steps")
+      ->check(kPositiveIntegerOrAuto);
   c->add_option("--lr", o.lr, "Peak learning rate")->check(kPositive)->capture_default_str();
   c->add_option("--optimizer", o.optimizer, "sgd, adam or adamw")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))

@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 
+#include "batch_finder.h"
 #include "commands.h"
 #include "gradus/core/cuda.h"
 #include "gradus/core/determinism.h"
@@ -366,6 +367,7 @@ int run_train(const TrainOptions& options) {
   Device device = resolve_device(o.device);
   // Each rank of a host uses its own GPU (dist::init made it the current device).
   if (distributed && device.is_cuda()) device = Device::cuda(cuda::current_device());
+  if (!o.memory_limit.empty()) host::set_memory_limit(parse_byte_size(o.memory_limit));
   manual_seed(o.seed);
   set_deterministic(o.deterministic);
   if (o.detect_anomaly) set_detect_anomaly(true);
@@ -411,16 +413,34 @@ int run_train(const TrainOptions& options) {
 
   GRADUS_CHECK(o.dropout == 0 || o.model == "mlp", ValueError,
                "train: --dropout is only supported for --model mlp (got --model ", o.model, ")");
-  std::shared_ptr<nn::Module> model =
-      o.dropout > 0 ? std::make_shared<nn::MLP>(std::vector<int64_t>{28 * 28, 256, 128, 10}, "relu",
-                                                o.dropout)
-                    : nn::make_model(o.model);
-  model->to(device);
-  model->train();
+  auto build_model = [&] {
+    std::shared_ptr<nn::Module> m =
+        o.dropout > 0 ? std::make_shared<nn::MLP>(std::vector<int64_t>{28 * 28, 256, 128, 10},
+                                                  "relu", o.dropout)
+                      : nn::make_model(o.model);
+    m->to(device);
+    m->train();
+    for (const std::string& prefix : o.freeze) m->freeze(prefix, /*keep_norm_eval=*/true);
+    return m;
+  };
+  std::shared_ptr<nn::Module> model = build_model();
   for (const std::string& prefix : o.freeze) {
-    const int64_t n = model->freeze(prefix, /*keep_norm_eval=*/true);
-    std::fprintf(stderr, "gradus train: --freeze %s: %lld parameter tensor(s) frozen\n",
-                 prefix.c_str(), static_cast<long long>(n));
+    std::fprintf(stderr, "gradus train: --freeze %s: frozen\n", prefix.c_str());
+  }
+  if (o.batch_size_auto) {
+    o.batch_size = auto_batch_size(
+        {.make_model = build_model,
+         .make_optimizer = [&](std::vector<Tensor> p) { return make_optimizer(o, o.lr, p); },
+         .example_shape = {1, 28, 28},
+         .classes = 10,
+         .device = device,
+         .world_size = distributed ? world.size : 1,
+         // No larger than the training set (Fashion-MNIST and MNIST have 60,000 examples).
+         .max_per_rank = std::max<int64_t>(
+             16, (o.limit_train > 0 ? std::min<int64_t>(o.limit_train, 60000) : 60000) /
+                     (distributed ? world.size : 1)),
+         .resume = o.resume,
+         .checkpoint_dir = o.checkpoint_dir});
   }
   // --lr-scaling linear: the rule for large global batches (Goyal et al.), with --warmup-steps.
   const double lr = o.lr_scaling == "linear" ? o.lr * static_cast<double>(o.batch_size) /
@@ -515,6 +535,11 @@ int run_train(const TrainOptions& options) {
   for (int64_t epoch = start.position.epoch; epoch < o.epochs; ++epoch) {
     const bool resumed_epoch = epoch == start.position.epoch;
     train_loader.set_position(resumed_epoch ? start.position : data::LoaderPosition{epoch, 0});
+    if (device.is_cuda()) {
+      cuda::reset_peak_memory_stats(device.index());
+    } else {
+      host::reset_peak_memory();
+    }
     Progress bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs),
                  steps_per_epoch, !o.no_progress && lead);
     // Sums over the examples of this epoch (restored mid-epoch so the summary matches).
@@ -592,11 +617,14 @@ int run_train(const TrainOptions& options) {
         progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.samples, 1));
     // The lr of the epoch's last step (restored when the epoch ended just before a resume).
     const double lr = progress.samples > 0 ? progress.last_lr : optimizer->lr();
+    // The most memory tensors held during the epoch (on the training device).
+    const size_t peak = device.is_cuda() ? cuda::memory_stats(device.index()).peak_allocated
+                                         : host::memory_stats().peak_allocated_bytes;
     std::printf(
         "epoch %lld/%d train_loss %.4f test_loss %.4f test_accuracy %.4f (%.1f s, %.0f "
-        "samples/s, lr %.3g)\n",
+        "samples/s, lr %.3g, peak memory %.1f MiB)\n",
         static_cast<long long>(epoch + 1), o.epochs, train_loss, result.loss, result.accuracy,
-        epoch_seconds, samples_per_s, lr);
+        epoch_seconds, samples_per_s, lr, static_cast<double>(peak) / (1 << 20));
     std::fflush(stdout);
     write_metrics({{"epoch", epoch + 1},
                    {"train_loss", train_loss},
@@ -605,6 +633,7 @@ int run_train(const TrainOptions& options) {
                    {"epoch_seconds", epoch_seconds},
                    {"samples_per_s", samples_per_s},
                    {"lr", lr},
+                   {"peak_memory_bytes", peak},
                    {"step", step},
                    {"model", o.model},
                    {"device", device.str()}});

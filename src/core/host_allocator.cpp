@@ -1,6 +1,7 @@
 // The default CPU allocator: 64-byte aligned blocks (so vector loops and BLAS see aligned rows),
 // with freed blocks of kMinCachedBlock bytes or more kept in per-size free lists up to a limit
 // (see gradus/core/host_memory.h for why).
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -25,6 +26,20 @@ namespace {
 
 constexpr size_t kPage = 4096;
 
+std::string format_bytes(size_t b) {
+  char buf[32];
+  if (b >= (size_t{1} << 30)) {
+    std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1 << 30));
+  } else if (b >= (size_t{1} << 20)) {
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1 << 20));
+  } else if (b >= 1024) {
+    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / 1024);
+  } else {
+    std::snprintf(buf, sizeof buf, "%zu bytes", b);
+  }
+  return buf;
+}
+
 // GRADUS_HOST_CACHE_MB, else 2 GiB (0 under AddressSanitizer, so that ASan sees every free).
 size_t default_limit() {
   if (const char* env = std::getenv("GRADUS_HOST_CACHE_MB")) {
@@ -47,6 +62,36 @@ class CachingHostAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes, int) override {
     if (nbytes == 0) return nullptr;
+    reserve(nbytes);
+    try {
+      return allocate_block(nbytes);
+    } catch (...) {
+      allocated_.fetch_sub(nbytes);
+      throw;
+    }
+  }
+
+  // Counts nbytes against the limit (throws OutOfMemoryError when it would be exceeded).
+  void reserve(size_t nbytes) {
+    const size_t limit = memory_limit_.load();
+    const size_t now = allocated_.fetch_add(nbytes) + nbytes;
+    if (limit != 0 && now > limit) {
+      allocated_.fetch_sub(nbytes);
+      num_ooms_.fetch_add(1);
+      throw OutOfMemoryError(detail::str_cat(
+          "cpu: out of memory allocating ", format_bytes(nbytes), " (gradus: ",
+          format_bytes(now - nbytes), " allocated by tensors, limit ", format_bytes(limit),
+          " set by --memory-limit or host::set_memory_limit; peak ", format_bytes(peak_.load()),
+          "). Hint: use a smaller --batch-size or --freeze layers you do not train; "
+          "gradus::host::memory_stats() shows usage."));
+    }
+    size_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+    num_allocs_.fetch_add(1);
+  }
+
+  void* allocate_block(size_t nbytes) {
     const size_t size = block_size(nbytes);
     if (size >= host::kMinCachedBlock) {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -66,14 +111,19 @@ class CachingHostAllocator final : public Allocator {
       p = std::aligned_alloc(64, size);
     }
     if (p == nullptr) {
-      throw OutOfMemoryError(detail::str_cat("cpu: failed to allocate ", nbytes,
-                                             " bytes of host memory (hint: use a smaller batch)"));
+      num_ooms_.fetch_add(1);
+      throw OutOfMemoryError(
+          detail::str_cat("cpu: failed to allocate ", format_bytes(nbytes),
+                          " of host memory (gradus: ", format_bytes(allocated_.load()),
+                          " allocated by tensors). Hint: use a smaller "
+                          "--batch-size; gradus::host::memory_stats() shows usage."));
     }
     return p;
   }
 
   void deallocate(void* ptr, size_t nbytes, int) override {
     if (ptr == nullptr) return;
+    allocated_.fetch_sub(nbytes);
     const size_t size = block_size(nbytes);
     if (size >= host::kMinCachedBlock) {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -85,6 +135,13 @@ class CachingHostAllocator final : public Allocator {
     }
     std::free(ptr);
   }
+
+  host::MemoryStats memory() const {
+    return {allocated_.load(), peak_.load(), memory_limit_.load(), num_allocs_.load(),
+            num_ooms_.load()};
+  }
+  void reset_peak() { peak_.store(allocated_.load()); }
+  void set_memory_limit(size_t bytes) { memory_limit_.store(bytes); }
 
   host::CacheStats stats() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -123,6 +180,8 @@ class CachingHostAllocator final : public Allocator {
   size_t cached_ = 0;
   size_t limit_ = default_limit();
   uint64_t hits_ = 0, misses_ = 0;
+  std::atomic<size_t> allocated_{0}, peak_{0}, memory_limit_{0};
+  std::atomic<uint64_t> num_allocs_{0}, num_ooms_{0};
 };
 
 // Never destroyed: tensors in static storage are freed after static destructors have run.
@@ -147,6 +206,15 @@ void empty_cache() {
 }
 void set_cache_limit(size_t bytes) {
   host_allocator().set_limit(bytes);
+}
+MemoryStats memory_stats() {
+  return host_allocator().memory();
+}
+void reset_peak_memory() {
+  host_allocator().reset_peak();
+}
+void set_memory_limit(size_t bytes) {
+  host_allocator().set_memory_limit(bytes);
 }
 
 }  // namespace host

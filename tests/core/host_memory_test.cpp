@@ -84,5 +84,71 @@ TEST_F(HostCache, ConcurrentAllocationAndFreeKeepTheAccountsRight) {
   EXPECT_GT(s.hits, 0u);
 }
 
+// Memory accounting of CPU tensors: current and peak bytes follow allocations exactly; a limit
+// turns an allocation into an OutOfMemoryError that says what is allocated and what the limit is,
+// and leaves the accounts as they were (nothing leaks through the failed allocation).
+TEST(HostMemory, CurrentPeakAndLimit) {
+  const host::MemoryStats base = host::memory_stats();
+  host::reset_peak_memory();
+  {
+    Tensor a = empty({1000}, {DType::f32});  // 4000 bytes
+    Tensor b = empty({250}, {DType::f64});   // 2000 bytes
+    const host::MemoryStats s = host::memory_stats();
+    EXPECT_EQ(s.allocated_bytes, base.allocated_bytes + 6000);
+    EXPECT_GE(s.peak_allocated_bytes, base.allocated_bytes + 6000);
+    EXPECT_EQ(s.num_allocs, base.num_allocs + 2);
+  }
+  EXPECT_EQ(host::memory_stats().allocated_bytes, base.allocated_bytes);
+  EXPECT_GE(host::memory_stats().peak_allocated_bytes, base.allocated_bytes + 6000);
+  host::reset_peak_memory();
+  EXPECT_EQ(host::memory_stats().peak_allocated_bytes, base.allocated_bytes);
+
+  host::set_memory_limit(base.allocated_bytes + (size_t{1} << 20));  // 1 MiB of headroom
+  Tensor fits = empty({100000}, {DType::f32});                       // 400 kB
+  try {
+    Tensor too_big = empty({200000}, {DType::f32});  // 800 kB more: over the limit
+    ADD_FAILURE() << "allocated past the limit";
+  } catch (const OutOfMemoryError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("out of memory allocating 781.2 KiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("--memory-limit"), std::string::npos) << m;
+  }
+  EXPECT_EQ(host::memory_stats().allocated_bytes, base.allocated_bytes + 400000);
+  EXPECT_EQ(host::memory_stats().num_ooms, base.num_ooms + 1);
+  host::set_memory_limit(0);
+  Tensor now_fits = empty({200000}, {DType::f32});
+  EXPECT_EQ(host::memory_stats().limit_bytes, 0u);
+}
+
+// The batch-size finder under a CPU limit: the batch it picks fits, twice it does not, and the
+// failed tries leak nothing.
+TEST(HostMemory, BatchSizeFinderPicksABatchThatFitsAndLeaksNothing) {
+  const size_t base = host::memory_stats().allocated_bytes;
+  const uint64_t ooms = host::memory_stats().num_ooms;
+  // A "step" holding two [b, 1024] float32 activations (8 KiB per example) at once.
+  auto step = [](int64_t b) {
+    Tensor a = randn({b, 1024});
+    Tensor c = mul(a, 2.0);
+    ASSERT_TRUE(std::isfinite(c.sum().item()));
+  };
+  host::set_memory_limit(base + (size_t{3} << 20));  // 3 MiB: at most ~384 examples
+  const BatchSizeResult r = find_batch_size(step, {.start = 16, .max = 100000});
+  host::set_memory_limit(0);
+  EXPECT_GT(r.largest_fit, 256);
+  EXPECT_LT(r.largest_fit, 384);
+  EXPECT_GT(r.smallest_fail, r.largest_fit);
+  EXPECT_LE(r.batch_size, r.largest_fit);
+  EXPECT_GT(host::memory_stats().num_ooms, ooms);
+  EXPECT_EQ(host::memory_stats().allocated_bytes, base) << "a failed try leaked";
+  host::set_memory_limit(base + (size_t{3} << 20));
+  EXPECT_NO_THROW(step(r.batch_size));
+  EXPECT_THROW(step(2 * r.batch_size), OutOfMemoryError);
+  host::set_memory_limit(0);
+  // Not even the smallest batch fits: a clear error.
+  host::set_memory_limit(base + 1024);
+  EXPECT_THROW(find_batch_size(step, {.start = 4}), OutOfMemoryError);
+  host::set_memory_limit(0);
+}
+
 }  // namespace
 }  // namespace gradus

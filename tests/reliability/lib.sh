@@ -28,9 +28,11 @@ step_losses() {
     sort -n -k1,1 -s | awk '{last[$1]=$2} END {for (s in last) print s, last[s]}' | sort -n
 }
 
-# The per-epoch summary lines without their timing fields.
+# The per-epoch summary lines without their timing and memory fields (a resumed epoch's peak
+# memory differs).
 epoch_lines() {
-  grep '"train_loss"' "$1" | sed -E 's/"epoch_seconds":[^,]*,//; s/"samples_per_s":[^,]*,//'
+  grep '"train_loss"' "$1" |
+    sed -E 's/"epoch_seconds":[^,]*,//; s/"samples_per_s":[^,]*,//; s/"peak_memory_bytes":[^,]*,//'
 }
 
 sha() {

@@ -28,4 +28,20 @@ void empty_cache();
 // ASan sees every free).
 void set_cache_limit(size_t bytes);
 
+// What tensors hold on the CPU (the bytes they asked for, cached blocks not counted), as
+// cuda::memory_stats() reports for a GPU.
+struct MemoryStats {
+  size_t allocated_bytes = 0;       // held by live tensors now
+  size_t peak_allocated_bytes = 0;  // the most held at once since the last reset_peak_memory()
+  size_t limit_bytes = 0;           // set_memory_limit (0: none)
+  uint64_t num_allocs = 0;
+  uint64_t num_ooms = 0;  // allocations refused by the limit (or by the C library)
+};
+MemoryStats memory_stats();
+void reset_peak_memory();
+// Caps what tensors may hold on the CPU: an allocation that would exceed it throws
+// OutOfMemoryError, as a full GPU does (gradus train --memory-limit; the batch-size finder uses
+// it). 0 removes the limit. Takes effect for the next allocation.
+void set_memory_limit(size_t bytes);
+
 }  // namespace gradus::host

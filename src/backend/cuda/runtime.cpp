@@ -170,8 +170,8 @@ void* pool_allocate(size_t nbytes, int device, const char* op) {
         " (device: ", format_bytes(free), " free of ", format_bytes(total),
         " total; gradus: ", format_bytes(s.allocated.load()), " allocated by tensors, ",
         format_bytes(pool_reserved(s, cudaMemPoolAttrReservedMemCurrent)),
-        " reserved by the pool). Hint: use a smaller --batch-size, mixed precision (--amp), or "
-        "activation checkpointing; gradus::cuda::memory_stats() shows usage."));
+        " reserved by the pool). Hint: use a smaller --batch-size or --freeze layers you do not "
+        "train; gradus::cuda::memory_stats() shows usage."));
   }
   GRADUS_CUDA_CHECK(op, err);
   const size_t now = s.allocated.fetch_add(nbytes) + nbytes;
