@@ -81,12 +81,13 @@ int64_t auto_batch_size(const AutoBatchArgs& a) {
     per_rank = t.to_vector<int64_t>()[0];
   }
   const int64_t global = per_rank * a.world_size;
-  std::fprintf(stderr,
-               "gradus train: --batch-size auto: %s; using %lld%s (90%% of the largest that "
-               "fits, %lld)\n",
-               tried.c_str(), static_cast<long long>(global),
+  const std::string why = r.smallest_fail == 0
+                              ? "every size up to the training set fits"
+                              : "90% of the largest that fits, " + std::to_string(r.largest_fit);
+  std::fprintf(stderr, "gradus train: --batch-size auto: %s; using %lld%s (%s)\n", tried.c_str(),
+               static_cast<long long>(global),
                a.world_size > 1 ? (" (" + std::to_string(per_rank) + " per rank)").c_str() : "",
-               static_cast<long long>(r.largest_fit));
+               why.c_str());
   return global;
 }
 

@@ -70,7 +70,9 @@ BatchSizeResult find_batch_size(const std::function<void(int64_t)>& try_step,
   }
   r.largest_fit = lo;
   r.smallest_fail = hi;
-  r.batch_size = round_down(static_cast<int64_t>(static_cast<double>(lo) * s.margin));
+  // The margin is headroom below a size that failed; when none failed up to max, max it is.
+  r.batch_size =
+      hi == 0 ? lo : round_down(static_cast<int64_t>(static_cast<double>(lo) * s.margin));
   return r;
 }
 

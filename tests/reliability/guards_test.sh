@@ -141,4 +141,15 @@ wait "$pid" || rc=$?
 grep -q "stopped after step [0-9]* (SIGHUP); checkpoint" hup.out || fail "SIGHUP: no checkpoint: $(cat hup.out)"
 echo "ok: SIGHUP -> $(grep 'stopped after' hup.out)"
 
+# --- 6. --batch-size auto under a CPU memory limit: it finds a size that fails, trains with a
+# smaller one, and the run stays under the limit ---------------------------------------------------
+out=$("$GRADUS" train --data mnist --data-dir data --model cnn --batch-size auto --memory-limit 48MiB \
+  --epochs 1 --threads 1 --device cpu --no-progress 2>&1) || fail "--batch-size auto failed: $out"
+echo "$out" | grep -q "does not" || fail "--batch-size auto never hit the limit: $out"
+chosen=$(echo "$out" | sed -nE 's/.*; using ([0-9]+) .*/\1/p')
+[ -n "$chosen" ] && echo "$out" | grep -q "batch $chosen," || fail "the run did not use the chosen batch: $out"
+peak=$(echo "$out" | sed -nE 's/.*peak memory ([0-9.]+) MiB.*/\1/p')
+awk -v p="$peak" 'BEGIN { exit !(p > 0 && p <= 48) }' || fail "peak memory $peak MiB is not within the 48 MiB limit"
+echo "ok: --batch-size auto under 48 MiB -> batch $chosen, peak $peak MiB"
+
 echo "PASS: guards ($detected damaged checkpoints detected)"
