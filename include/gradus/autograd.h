@@ -72,4 +72,15 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
                          bool allow_unused = false);
 
+// Activation checkpointing: fn(inputs) runs without keeping its intermediate activations; only
+// the inputs are kept, and backward runs fn again (with grad mode on and the random state it had
+// in forward, so dropout draws the same masks) and backpropagates through the recomputation.
+// Memory for fn's activations is traded for one more forward of fn. `params` are the parameters
+// fn uses (a module's parameters()): their gradients accumulate as without checkpointing, and
+// they make the segment part of the graph even when no input requires grad. Gradients equal the
+// plain run's bit for bit on the CPU. Under no_grad it is just fn(inputs). Nested checkpoints
+// work. Throws AutogradError at backward if the recomputed output does not require grad.
+Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                  const std::vector<Tensor>& inputs, const std::vector<Tensor>& params = {});
+
 }  // namespace gradus

@@ -1,5 +1,6 @@
 // The backward engine: runs the graph reachable from the outputs in dependency order (later nodes
 // first among the ready ones), summing the gradients that reach each node input.
+#include <algorithm>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -93,6 +94,12 @@ TensorList run_backward(const std::vector<std::pair<Edge, Tensor>>& roots, bool 
     NodeState& s = state[node];
     TensorList grads = std::move(s.inputs);
     grads.resize(node->outputs.size());
+    const bool reached =
+        std::any_of(grads.begin(), grads.end(), [](const Tensor& g) { return g.defined(); });
+    // A leaf that no gradient reached (a checkpointed segment's parameters: the nested pass of the
+    // recomputation already accumulated them) is left alone: adding zeros would turn -0.0 into
+    // +0.0 and run its hooks twice.
+    if (!reached && !capturing && dynamic_cast<AccumulateGrad*>(node) != nullptr) continue;
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) {
         const OutputMeta& m = node->outputs[i];

@@ -1,6 +1,10 @@
 // Sequential and ModuleList.
 #include "gradus/nn/container.h"
 
+#include <algorithm>
+
+#include "gradus/autograd.h"
+
 namespace gradus::nn {
 
 namespace {
@@ -31,9 +35,37 @@ Sequential& Sequential::push_back(const std::string& name, std::shared_ptr<Modul
 }
 
 Tensor Sequential::forward(const Tensor& x) {
+  const auto children = named_children();
   Tensor h = x;
-  for (const auto& item : named_children()) h = item.second->forward(h);
+  if (checkpoint_every_ <= 0 || !is_grad_enabled()) {
+    for (const auto& item : children) h = item.second->forward(h);
+    return h;
+  }
+  for (size_t begin = 0; begin < children.size(); begin += static_cast<size_t>(checkpoint_every_)) {
+    const size_t end = std::min(children.size(), begin + static_cast<size_t>(checkpoint_every_));
+    std::vector<std::shared_ptr<Module>> segment;
+    std::vector<Tensor> params;
+    for (size_t i = begin; i < end; ++i) {
+      segment.push_back(children[i].second);
+      for (const Tensor& p : children[i].second->parameters()) {
+        if (p.requires_grad()) params.push_back(p);
+      }
+    }
+    h = checkpoint(
+        [segment](const std::vector<Tensor>& in) {
+          Tensor y = in[0];
+          for (const auto& m : segment) y = m->forward(y);
+          return y;
+        },
+        {h}, params);
+  }
   return h;
+}
+
+Sequential& Sequential::checkpoint_every(int64_t k) {
+  GRADUS_CHECK(k >= 0, ValueError, "Sequential::checkpoint_every: k must be >= 0, got ", k);
+  checkpoint_every_ = k;
+  return *this;
 }
 
 std::shared_ptr<Module> Sequential::operator[](int64_t index) const {

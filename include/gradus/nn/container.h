@@ -24,6 +24,13 @@ class Sequential : public Module {
 
   Tensor forward(const Tensor& x) override;
 
+  // Activation checkpointing by segments: with k > 0, forward runs every k consecutive children
+  // as one gradus::checkpoint segment (only the segment inputs are kept; backward recomputes the
+  // segment), trading one extra forward for the activations' memory. 0 turns it off. Parameter
+  // names do not change.
+  Sequential& checkpoint_every(int64_t k);
+  int64_t checkpoint_segment() const { return checkpoint_every_; }
+
   size_t size() const { return named_children().size(); }
   bool empty() const { return size() == 0; }
   // Negative indices count from the end. Throws IndexError when out of range.
@@ -36,6 +43,9 @@ class Sequential : public Module {
                  (*this)[index]->type_name());
     return m;
   }
+
+ private:
+  int64_t checkpoint_every_ = 0;
 };
 
 class ModuleList : public Module {
