@@ -62,7 +62,9 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 // depend on gives an error unless allow_unused (then an undefined Tensor).
 namespace autograd {
 // Runs fn once the backward pass in progress on this thread has finished (every gradient
-// accumulated, every hook run), before backward() returns; callbacks run in the order queued and
+// accumulated, every hook run; for a pass nested inside a backward function, such as activation
+// checkpointing's recomputation, the outermost one), before backward() returns; callbacks run in
+// the order queued and
 // an exception from one propagates out of backward(). Throws AutogradError outside a backward
 // pass. DistributedDataParallel waits for its last gradient buckets this way.
 void queue_callback(std::function<void()> fn);

@@ -49,9 +49,13 @@ struct CompareSequence {
 TensorList run_backward(const std::vector<std::pair<Edge, Tensor>>& roots, bool keep_graph,
                         const std::vector<Edge>& capture) {
   NoGradGuard no_grad;  // backward rules never record (no higher-order graphs)
+  // Callbacks belong to the outermost pass: a pass nested inside a backward function (activation
+  // checkpointing's recomputation) is part of it, and DDP's end-of-backward wait must run once the
+  // whole of backward is done, not when the nested pass ends.
   std::vector<std::function<void()>> callbacks;
   std::vector<std::function<void()>>* const outer_callbacks = t_callbacks;
-  t_callbacks = &callbacks;
+  const bool outermost = outer_callbacks == nullptr;
+  if (outermost) t_callbacks = &callbacks;
   struct RestoreCallbacks {
     std::vector<std::function<void()>>* outer;
     ~RestoreCallbacks() { t_callbacks = outer; }
@@ -136,7 +140,9 @@ TensorList run_backward(const std::vector<std::pair<Edge, Tensor>>& roots, bool 
     }
   }
   // Callbacks may queue further callbacks: index, not iterators.
-  for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();
+  if (outermost) {
+    for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();
+  }
   return captured;
 }
 
