@@ -13,6 +13,7 @@
 #include "gradus/gradus.h"
 #include "gradus/nn/models.h"
 #include "gradus/optim/adam.h"
+#include "timing.h"
 
 namespace gradus::cli {
 
@@ -21,24 +22,6 @@ namespace {
 // Distinct random batches a training-step benchmark cycles through (bench/compare_pytorch.py
 // uses the same number).
 constexpr int64_t kBenchBatches = 16;
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double mean(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0 : s / static_cast<double>(v.size());
-}
 
 // Waits for the device by reading one element to the host.
 void sync(const Tensor& t) {

@@ -20,22 +20,11 @@
 #include "gradus/gradus.h"
 #include "gradus/nn/models.h"
 #include "gradus/optim/adam.h"
+#include "timing.h"
 
 namespace gradus::cli {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 uint64_t optimizer_state_bytes(const optim::Optimizer& optimizer) {
   if (auto* zero = dynamic_cast<const dist::ZeroRedundancyOptimizer*>(&optimizer)) {

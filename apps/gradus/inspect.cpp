@@ -26,8 +26,7 @@ std::string shorten(const std::string& s, size_t n = 160) {
 
 // Non-finite elements of a floating tensor (-1 for other dtypes).
 int64_t count_nonfinite(const Tensor& t) {
-  if (!is_floating(t.dtype())) return -1;
-  return static_cast<int64_t>(logical_not(isfinite(t)).to(DType::i64).sum().item());
+  return is_floating(t.dtype()) ? io::count_nonfinite(t) : -1;
 }
 
 }  // namespace

@@ -151,10 +151,9 @@ void check_finite_evaluation(const EvalResult& r, int64_t epoch) {
 // Never write non-finite weights as a result: names the first bad parameter.
 void check_finite_parameters(const nn::Module& model, const std::string& what) {
   for (const auto& [name, t] : model.state_dict()) {
-    if (!is_floating(t.dtype())) continue;
-    const double bad = logical_not(isfinite(t)).to(DType::i64).sum().item();
-    GRADUS_CHECK(bad == 0, ValueError, "train: ", what, ": not written: '", name, "' holds ",
-                 static_cast<int64_t>(bad), " non-finite value(s) (training diverged: lower --lr)");
+    const int64_t bad = io::count_nonfinite(t);
+    GRADUS_CHECK(bad == 0, ValueError, "train: ", what, ": not written: '", name, "' holds ", bad,
+                 " non-finite value(s) (training diverged: lower --lr)");
   }
 }
 

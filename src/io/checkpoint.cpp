@@ -182,32 +182,14 @@ uint32_t metadata_crc32(const std::map<std::string, std::string>& meta) {
       crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), text.size()));
 }
 
-// Non-finite elements of a floating tensor (0 for other dtypes): one pass over the bits (an
-// all-ones exponent), in this thread. Not an op: checkpoints are also written from forked or
-// signal-interrupted processes where an OpenMP parallel region could deadlock.
+// Elements with an all-ones exponent (inf or NaN). Not an op: checkpoints are also written from
+// forked or signal-interrupted processes where an OpenMP parallel region could deadlock.
 template <typename Bits>
 int64_t count_all_ones_exponent(const Tensor& t, Bits mask) {
   const Bits* p = static_cast<const Bits*>(t.raw_data());
   int64_t bad = 0;
   for (int64_t i = 0, n = t.numel(); i < n; ++i) bad += (p[i] & mask) == mask;
   return bad;
-}
-
-int64_t count_nonfinite(const Tensor& t) {
-  if (!is_floating(t.dtype()) || t.numel() == 0) return 0;
-  const Tensor c = t.to(Device::cpu()).contiguous();
-  switch (c.dtype()) {
-    case DType::f32:
-      return count_all_ones_exponent<uint32_t>(c, 0x7f800000u);
-    case DType::f64:
-      return count_all_ones_exponent<uint64_t>(c, 0x7ff0000000000000ull);
-    case DType::f16:
-      return count_all_ones_exponent<uint16_t>(c, 0x7c00u);
-    case DType::bf16:
-      return count_all_ones_exponent<uint16_t>(c, 0x7f80u);
-    default:
-      return 0;
-  }
 }
 
 // Everything wrong with the contents of a checkpoint file that parsed as safetensors: metadata,
@@ -405,6 +387,23 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
     if (is_complete_checkpoint(it->second)) return it->second;
   }
   return std::nullopt;  // none, or only corrupt/foreign ones
+}
+
+int64_t count_nonfinite(const Tensor& t) {
+  if (!is_floating(t.dtype()) || t.numel() == 0) return 0;
+  const Tensor c = t.to(Device::cpu()).contiguous();
+  switch (c.dtype()) {
+    case DType::f32:
+      return count_all_ones_exponent<uint32_t>(c, 0x7f800000u);
+    case DType::f64:
+      return count_all_ones_exponent<uint64_t>(c, 0x7ff0000000000000ull);
+    case DType::f16:
+      return count_all_ones_exponent<uint16_t>(c, 0x7c00u);
+    case DType::bf16:
+      return count_all_ones_exponent<uint16_t>(c, 0x7f80u);
+    default:
+      return 0;
+  }
 }
 
 std::vector<std::string> verify_checkpoint(const std::string& path) {

@@ -9,7 +9,8 @@
 // or `max` is reached, then bisects between the largest size that fit and the smallest that did
 // not, and returns the largest fit scaled by `margin` (headroom for fragmentation and for what the
 // real run adds, such as the data loader's prefetched batches), rounded down to a multiple of
-// `multiple`; when every size up to `max` fits, `max`. Nothing leaks across a failed try: the exception unwinds every tensor of the step.
+// `multiple`; when every size up to `max` fits, `max`. Nothing leaks across a failed try: the
+// exception unwinds every tensor of the step.
 #pragma once
 
 #include <cstdint>

@@ -82,6 +82,10 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 // gradus checkpoint; std::nullopt when there is none (or dir does not exist).
 std::optional<std::string> latest_checkpoint(const std::string& dir);
 
+// Non-finite elements of a floating tensor (0 for other dtypes), counted in one pass over the bits
+// in the calling thread (no op, no OpenMP: safe in forked and signal-interrupted writers).
+int64_t count_nonfinite(const Tensor& t);
+
 // Reads a checkpoint written by save_checkpoint and verifies it (checksums, metadata, finite
 // values). Tensors are on the CPU (restore moves them). Throws IOError naming the file and what
 // is damaged.
