@@ -59,7 +59,13 @@ int64_t auto_batch_size(const AutoBatchArgs& a) {
     const Tensor x = randn(shape, {DType::f32, a.device});
     const Tensor y = randint(0, a.classes, {b}, {DType::i64, a.device});
     optimizer->zero_grad();
-    cross_entropy((*model)(x), y).backward();
+    {
+      std::optional<amp::Autocast> autocast;
+      if (a.amp) autocast.emplace(*a.amp);
+      Tensor loss = cross_entropy((*model)(x), y);
+      autocast.reset();
+      loss.backward();
+    }
     optimizer->step();
     (void)cross_entropy((*model)(x), y).item();  // waits for the device
   };

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@ struct AutoBatchArgs {
   int64_t max_per_rank = 65536;
   bool resume = false;
   std::string checkpoint_dir;
+  std::optional<DType> amp;  // the trial steps run under autocast to this dtype, as training will
 };
 
 // The global batch size to train with; prints what it tried.

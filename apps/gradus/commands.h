@@ -38,6 +38,9 @@ struct TrainOptions {
   // Parameter-name prefixes to freeze (no gradient, not updated; batch norms under them stay in
   // eval mode), e.g. "features." or "0.".
   std::vector<std::string> freeze;
+  // Mixed precision: "off", "bf16" or "f16" (autocast; f16 adds dynamic loss scaling).
+  std::string amp = "off";
+  int64_t grad_checkpoint = 0;  // > 0: recompute activations in segments of this many layers
   std::string memory_limit;  // "" or a size ("1GiB", "512MiB", "2e9"): CPU tensors may hold at most
   // Reliability (docs/reliability.md).
   std::string checkpoint_dir;    // empty: no checkpoints

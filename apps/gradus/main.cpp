@@ -114,6 +114,18 @@ void add_train(CLI::App& app, TrainOptions& o) {
                 "Freeze the parameters whose names start with PREFIX (e.g. features. or 0.; "
                 "repeatable): no gradient, no update, batch norms under them kept in eval mode")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  c->add_option("--amp", o.amp,
+                "Mixed precision: bf16 or f16 runs matmul/linear/conv in 16 bits and keeps "
+                "losses, norms and reductions in float32 (weights stay float32); f16 adds "
+                "dynamic loss scaling")
+      ->check(CLI::IsMember({"off", "bf16", "f16"}))
+      ->capture_default_str();
+  c->add_option("--grad-checkpoint", o.grad_checkpoint,
+                "Activation checkpointing: keep only every Nth layer's input and recompute the "
+                "rest in backward (less memory, more compute; N=1 when given alone)")
+      ->expected(0, 1)
+      ->default_str("1")
+      ->check(kPositive);
   c->add_option("--memory-limit", o.memory_limit,
                 "Most memory CPU tensors may hold (e.g. 1GiB); above it an allocation fails "
                 "with an out-of-memory error, as on a full GPU")

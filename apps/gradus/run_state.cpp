@@ -17,7 +17,7 @@ using json = nlohmann::ordered_json;
 constexpr const char* kStrictKeys[] = {
     "format_version", "model",       "dropout",  "data",         "limit_train", "batch_size",
     "optimizer",      "lr",          "momentum", "weight_decay", "scheduler",   "warmup_steps",
-    "step_gamma",     "step_epochs", "seed",     "freeze"};
+    "step_gamma",     "step_epochs", "seed",     "freeze",       "amp"};
 // Keys that may change on resume, with what the change means.
 struct SoftKey {
   const char* key;
@@ -60,6 +60,9 @@ std::string run_config_json(const TrainOptions& o, int threads, const std::strin
   j["seed"] = o.seed;
   // Only when given, so checkpoints of runs without it compare equal to older ones.
   if (!o.freeze.empty()) j["freeze"] = o.freeze;
+  if (o.amp != "off") j["amp"] = o.amp;
+  // Not a strict key: recomputation gives the same gradients, so a run may resume with or without.
+  if (o.grad_checkpoint > 0) j["grad_checkpoint"] = o.grad_checkpoint;
   j["threads"] = threads;
   j["device"] = device;
   return j.dump();

@@ -108,8 +108,11 @@ class Evaluator {
     }
   }
 
-  EvalResult operator()(nn::Module& model) {
+  // amp: evaluate under the same autocast as training.
+  EvalResult operator()(nn::Module& model, std::optional<DType> amp) {
     NoGradGuard no_grad;
+    std::optional<amp::Autocast> autocast;
+    if (amp) autocast.emplace(*amp);
     model.eval();
     double loss_sum = 0, correct = 0, count = 0;
     CrossEntropyOptions summed;
@@ -224,11 +227,13 @@ void prune_checkpoints(const std::string& dir, int keep) {
 class Checkpointer {
  public:
   Checkpointer(const TrainOptions& o, nn::Module& model, optim::Optimizer& optimizer,
-               optim::LRScheduler* scheduler, std::string config, bool writer)
+               optim::LRScheduler* scheduler, const amp::GradScaler& scaler, std::string config,
+               bool writer)
       : o_(o),
         model_(model),
         optimizer_(optimizer),
         scheduler_(scheduler),
+        scaler_(scaler),
         config_(std::move(config)),
         writer_(writer) {}
 
@@ -240,6 +245,7 @@ class Checkpointer {
     if (!enabled()) return {};
     if (step == last_step_ && next == last_position_) return last_path_;
     io::TrainingState s = io::capture_training_state(model_, &optimizer_, step, scheduler_);
+    if (scaler_.is_enabled()) s.scaler = scaler_.state_dict();
     // A sharded optimizer's state is gathered (a collective: every rank is here) into the
     // state one unsharded optimizer would have, so the checkpoint resumes at any world size.
     if (auto* zero = dynamic_cast<dist::ZeroRedundancyOptimizer*>(&optimizer_)) {
@@ -270,6 +276,7 @@ class Checkpointer {
   nn::Module& model_;
   optim::Optimizer& optimizer_;
   optim::LRScheduler* scheduler_;
+  const amp::GradScaler& scaler_;
   std::string config_;
   bool writer_;
   int64_t last_step_ = -1;
@@ -286,7 +293,8 @@ struct StartPoint {
 };
 
 StartPoint find_start(const TrainOptions& o, const std::string& config, nn::Module& model,
-                      optim::Optimizer& optimizer, optim::LRScheduler* scheduler) {
+                      amp::GradScaler& scaler, optim::Optimizer& optimizer,
+                      optim::LRScheduler* scheduler) {
   StartPoint start;
   if (o.checkpoint_dir.empty()) return start;
   const auto all = io::list_checkpoints(o.checkpoint_dir);
@@ -340,6 +348,7 @@ StartPoint find_start(const TrainOptions& o, const std::string& config, nn::Modu
   } else {
     io::restore_training_state(state, model, &optimizer, scheduler, /*restore_rng=*/true);
   }
+  if (scaler.is_enabled() && !state.scaler.empty()) scaler.load_state_dict(state.scaler);
   if (dist::rank() == 0) prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints);
   start.step = state.step;
   start.position = {state.epoch, state.batch_index};
@@ -410,6 +419,17 @@ int run_train(const TrainOptions& options) {
                  : data::load_fashion_mnist(dir, train, limit);
   };
 
+  // --amp f16 scales the loss; the scaler's skip decision needs the same gradients on every rank,
+  // which only DDP (gradients all-reduced before the step) gives.
+  GRADUS_CHECK(o.amp != "f16" || o.dist.empty() || o.dist == "ddp", ValueError,
+               "train: --amp f16 with --dist ", o.dist,
+               " is not supported (loss scaling needs all-reduced gradients: use --dist ddp, or "
+               "--amp bf16, which needs no loss scaling)");
+  const std::optional<DType> amp_dtype = o.amp == "bf16"  ? std::optional<DType>(DType::bf16)
+                                         : o.amp == "f16" ? std::optional<DType>(DType::f16)
+                                                          : std::nullopt;
+  // Dynamic loss scaling for f16 (PyTorch's defaults); bf16 has float32's range and needs none.
+  amp::GradScaler scaler({.enabled = o.amp == "f16"});
   GRADUS_CHECK(o.dropout == 0 || o.model == "mlp", ValueError,
                "train: --dropout is only supported for --model mlp (got --model ", o.model, ")");
   auto build_model = [&] {
@@ -420,6 +440,12 @@ int run_train(const TrainOptions& options) {
     m->to(device);
     m->train();
     for (const std::string& prefix : o.freeze) m->freeze(prefix, /*keep_norm_eval=*/true);
+    if (o.grad_checkpoint > 0) {
+      auto* seq = dynamic_cast<nn::Sequential*>(m.get());
+      GRADUS_CHECK(seq != nullptr, ValueError,
+                   "train: --grad-checkpoint needs a Sequential model; ", o.model, " is not one");
+      seq->checkpoint_every(o.grad_checkpoint);
+    }
     return m;
   };
   std::shared_ptr<nn::Module> model = build_model();
@@ -439,7 +465,8 @@ int run_train(const TrainOptions& options) {
              16, (o.limit_train > 0 ? std::min<int64_t>(o.limit_train, 60000) : 60000) /
                      (distributed ? world.size : 1)),
          .resume = o.resume,
-         .checkpoint_dir = o.checkpoint_dir});
+         .checkpoint_dir = o.checkpoint_dir,
+         .amp = amp_dtype});
   }
   // --lr-scaling linear: the rule for large global batches (Goyal et al.), with --warmup-steps.
   const double lr = o.lr_scaling == "linear" ? o.lr * static_cast<double>(o.batch_size) /
@@ -489,12 +516,13 @@ int run_train(const TrainOptions& options) {
   const int64_t total_steps = steps_per_epoch * o.epochs;
   std::fprintf(stderr,
                "gradus train: model %s (%lld parameters), %s %lld train / %lld test examples, "
-               "device %s, %d threads, %s lr %g, batch %lld, %d epochs%s%s%s\n",
+               "device %s, %d threads, %s lr %g, batch %lld, %d epochs%s%s%s%s\n",
                o.model.c_str(), static_cast<long long>(model->num_parameters()), o.data.c_str(),
                static_cast<long long>(train_set->size()), static_cast<long long>(test_set->size()),
                device.str().c_str(), get_num_threads(), o.optimizer.c_str(), lr,
                static_cast<long long>(o.batch_size), o.epochs,
                o.deterministic ? ", deterministic" : "",
+               amp_dtype ? (", --amp " + o.amp).c_str() : "",
                o.detect_anomaly ? ", anomaly detection on" : "",
                distributed ? (", --dist " + o.dist + " over " + std::to_string(world.size) +
                               " rank(s) (" + world.launcher + "), " +
@@ -507,8 +535,8 @@ int run_train(const TrainOptions& options) {
 
   const std::string config = run_config_json(o, get_num_threads(), device.str());
   if (!lead) std::freopen("/dev/null", "w", stdout);  // one voice: rank 0 reports
-  const StartPoint start = find_start(o, config, *model, *optimizer, scheduler.get());
-  Checkpointer checkpoints(o, *model, *optimizer, scheduler.get(), config, lead);
+  const StartPoint start = find_start(o, config, *model, scaler, *optimizer, scheduler.get());
+  Checkpointer checkpoints(o, *model, *optimizer, scheduler.get(), scaler, config, lead);
   if (!start.path.empty()) checkpoints.loaded(start.step, start.position, start.path);
   if (checkpoints.enabled()) install_stop_handlers();
 
@@ -548,13 +576,19 @@ int run_train(const TrainOptions& options) {
       const double lr = optimizer->lr();
       optimizer->zero_grad();
       sync_buffers();
-      const Tensor loss = cross_entropy((*net)(batch.input), batch.target);
-      loss.backward();
+      Tensor loss;
+      {
+        std::optional<amp::Autocast> autocast;
+        if (amp_dtype) autocast.emplace(*amp_dtype);
+        loss = cross_entropy((*net)(batch.input), batch.target);
+      }
+      scaler.scale(loss).backward();  // scale() is the loss itself unless --amp f16
       if (server) {
         server->step();
       } else {
-        optimizer->step();
+        scaler.step(*optimizer);  // skipped when f16 gradients overflowed
       }
+      scaler.update();
       if (scheduler) scheduler->step();
       ++step;
       const data::LoaderPosition next = train_loader.position();  // (epoch, this batch + 1)
@@ -607,7 +641,7 @@ int run_train(const TrainOptions& options) {
     }
     bar.finish();
     const double train_seconds = bar.elapsed_seconds();
-    result = evaluate(*model);
+    result = evaluate(*model, amp_dtype);
     check_finite_evaluation(result, epoch + 1);
     evaluated = true;
     const double epoch_seconds = bar.elapsed_seconds();
@@ -625,23 +659,31 @@ int run_train(const TrainOptions& options) {
         static_cast<long long>(epoch + 1), o.epochs, train_loss, result.loss, result.accuracy,
         epoch_seconds, samples_per_s, lr, static_cast<double>(peak) / (1 << 20));
     std::fflush(stdout);
-    write_metrics({{"epoch", epoch + 1},
-                   {"train_loss", train_loss},
-                   {"test_loss", result.loss},
-                   {"test_accuracy", result.accuracy},
-                   {"epoch_seconds", epoch_seconds},
-                   {"samples_per_s", samples_per_s},
-                   {"lr", lr},
-                   {"peak_memory_bytes", peak},
-                   {"step", step},
-                   {"model", o.model},
-                   {"device", device.str()}});
+    nlohmann::ordered_json line = {{"epoch", epoch + 1},
+                                   {"train_loss", train_loss},
+                                   {"test_loss", result.loss},
+                                   {"test_accuracy", result.accuracy},
+                                   {"epoch_seconds", epoch_seconds},
+                                   {"samples_per_s", samples_per_s},
+                                   {"lr", lr},
+                                   {"peak_memory_bytes", peak},
+                                   {"step", step},
+                                   {"model", o.model},
+                                   {"device", device.str()}};
+    if (amp_dtype) line["amp"] = o.amp;
+    if (scaler.is_enabled()) {
+      line["loss_scale"] = scaler.get_scale();
+      line["skipped_steps"] = scaler.skipped_steps();  // since the start of this process
+      std::fprintf(stderr, "gradus train: loss scale %g, %lld step(s) skipped on overflow\n",
+                   scaler.get_scale(), static_cast<long long>(scaler.skipped_steps()));
+    }
+    write_metrics(line);
     if (o.checkpoint_every == 0) checkpoints.save(step, {epoch + 1, 0}, {});
   }
   // The final state (a --resume of a finished run finds nothing left to do).
   checkpoints.save(step, {std::max<int64_t>(o.epochs, start.position.epoch), 0}, {});
   if (!evaluated) {  // resumed after the last epoch
-    result = evaluate(*model);
+    result = evaluate(*model, amp_dtype);
     check_finite_evaluation(result, o.epochs);
   }
   if (!o.save.empty() && lead) {

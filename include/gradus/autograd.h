@@ -84,5 +84,9 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 // work. Throws AutogradError at backward if the recomputed output does not require grad.
 Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
                   const std::vector<Tensor>& inputs, const std::vector<Tensor>& params = {});
+// True while a checkpointed segment is being recomputed in backward. Code with side effects
+// beyond its outputs skips them then, so they happen once per forward (BatchNorm's running
+// statistics and batch counter do; so should a user module that counts or caches).
+bool in_checkpoint_recompute();
 
 }  // namespace gradus

@@ -5,8 +5,17 @@
 #include "autograd/node.h"
 #include "gradus/autograd.h"
 #include "gradus/core/random.h"
+#include "ops/autocast.h"
 
 namespace gradus {
+
+namespace {
+thread_local int t_recompute_depth = 0;  // checkpoint segments being recomputed on this thread
+}
+
+bool in_checkpoint_recompute() {
+  return t_recompute_depth > 0;
+}
 
 using autograd::TensorList;
 
@@ -15,6 +24,7 @@ Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
   GRADUS_CHECK(static_cast<bool>(fn), ValueError, "checkpoint: the function is empty");
   if (!is_grad_enabled()) return fn(inputs);
   const PhiloxState rng = default_generator().state();
+  const ops::AutocastState autocast = ops::autocast_state();
   Tensor out;
   {
     NoGradGuard no_grad;  // nothing inside fn is recorded: its activations die with it
@@ -26,7 +36,7 @@ Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
   edges.insert(edges.end(), params.begin(), params.end());
   return autograd::record(
       "checkpoint", out, edges,
-      [fn, inputs, n_inputs, rng](const TensorList& g, const autograd::NeedsGrad& needs) {
+      [fn, inputs, n_inputs, rng, autocast](const TensorList& g, const autograd::NeedsGrad& needs) {
         // Fresh leaves standing for the inputs, so the nested pass stops at them.
         std::vector<Tensor> leaves;
         for (size_t i = 0; i < n_inputs; ++i) {
@@ -37,15 +47,21 @@ Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
         Tensor again;
         {
           EnableGradGuard enable;
+          // The forward's autocast state, without the parameter-cast cache: casts made now must
+          // belong to this nested graph.
+          amp::Autocast same_autocast(autocast.dtype, autocast.enabled, false);
           // Replay forward's random draws, then give the stream back its current position.
           const PhiloxState now = default_generator().state();
           default_generator().set_state(rng);
+          ++t_recompute_depth;
           try {
             again = fn(leaves);
           } catch (...) {
+            --t_recompute_depth;
             default_generator().set_state(now);
             throw;
           }
+          --t_recompute_depth;
           default_generator().set_state(now);
         }
         GRADUS_CHECK(again.defined() && again.requires_grad(), AutogradError,

@@ -8,6 +8,7 @@
 #include "autograd/node.h"
 #include "gradus/autograd.h"
 #include "gradus/ops.h"
+#include "ops/autocast.h"
 
 namespace gradus {
 namespace {
@@ -48,6 +49,9 @@ struct CompareSequence {
 // reaches each of these edges instead of accumulating into any leaf .grad.
 TensorList run_backward(const std::vector<std::pair<Edge, Tensor>>& roots, bool keep_graph,
                         const std::vector<Edge>& capture) {
+  // Each backward rule runs in the dtypes its forward chose; an enclosing autocast scope must not
+  // re-cast them (a checkpointed segment re-enters its forward's autocast state itself).
+  ops::AutocastSuspend no_autocast;
   NoGradGuard no_grad;  // backward rules never record (no higher-order graphs)
   // Callbacks belong to the outermost pass: a pass nested inside a backward function (activation
   // checkpointing's recomputation) is part of it, and DDP's end-of-backward wait must run once the

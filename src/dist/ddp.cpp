@@ -1,6 +1,8 @@
 #include "gradus/dist/ddp.h"
 
+#include <bit>
 #include <chrono>
+#include <cstdint>
 #include <sstream>
 
 #include "dist/flat.h"
@@ -13,13 +15,15 @@ namespace {
 
 // Every rank must hold the same model: compares the parameter count and each size.
 void check_same_model(ProcessGroup& group, const std::vector<Tensor>& params) {
-  int64_t count = static_cast<int64_t>(params.size()), numel = 0, signature = 0;
+  int64_t count = static_cast<int64_t>(params.size()), numel = 0;
+  uint64_t signature = 0;  // unsigned: the hash wraps by design
   for (const Tensor& p : params) {
     numel += p.numel();
-    signature = signature * 1000003 + p.numel() * 31 + static_cast<int64_t>(p.dtype());
+    signature = signature * 1000003u + static_cast<uint64_t>(p.numel()) * 31u +
+                static_cast<uint64_t>(p.dtype());
   }
-  Tensor hi =
-      from_vector(std::vector<int64_t>{count, numel, signature}, {3}, {.dtype = DType::i64});
+  Tensor hi = from_vector(std::vector<int64_t>{count, numel, std::bit_cast<int64_t>(signature)},
+                          {3}, {.dtype = DType::i64});
   Tensor lo = hi.clone();
   wait_all({group.all_reduce(hi, ReduceOp::max, "model signature"),
             group.all_reduce(lo, ReduceOp::min, "model signature")});

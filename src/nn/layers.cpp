@@ -148,7 +148,9 @@ void BatchNormBase::reset_running_stats() {
 Tensor BatchNormBase::forward(const Tensor& x) {
   check_input(x);
   double factor = momentum.value_or(0.0);
-  if (is_training() && track_running_stats) {
+  // A checkpoint's recomputation counts nothing: the forward already did (batch_norm also leaves
+  // the running statistics alone then).
+  if (is_training() && track_running_stats && !in_checkpoint_recompute()) {
     NoGradGuard no_grad;
     num_batches_tracked.add_(
         ones({}, {.dtype = DType::i64, .device = num_batches_tracked.device()}));

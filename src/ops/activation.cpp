@@ -1,5 +1,6 @@
 // Activation functions: one fused forward kernel each, backward through a fused helper where the
 // derivative needs the input (relu, gelu, silu, leaky_relu) or from the output (tanh, sigmoid).
+#include "ops/autocast.h"
 #include "ops/common.h"
 
 namespace gradus {
@@ -86,6 +87,7 @@ Tensor tanh(const Tensor& x) {
 }
 
 Tensor softplus(const Tensor& x, double beta, double threshold) {
+  if (AutocastInputs cast{"softplus", {&x}}) return softplus(cast[0], beta, threshold);
   GRADUS_CHECK(beta != 0, ValueError, "softplus: beta must be non-zero");
   Tensor out = activation_forward(UnaryOp::softplus, "softplus", x, beta, threshold);
   return record("softplus", out, {x},

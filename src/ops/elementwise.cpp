@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "ops/autocast.h"
 #include "ops/common.h"
 
 namespace gradus {
@@ -186,6 +187,7 @@ Tensor operator-(const Tensor& a) {
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
+  if (AutocastInputs cast{"pow", {&a, &b}}) return pow(cast[0], cast[1]);
   const DType t = arithmetic_dtype(a, b);
   Tensor out = binary_kernel(BinaryOp::pow, "pow", a, b, 0, t, t);
   return record("pow", out, {a, b},
@@ -208,6 +210,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 }
 
 Tensor pow(const Tensor& a, double exponent) {
+  if (AutocastInputs cast{"pow", {&a}}) return pow(cast[0], exponent);
   Tensor out = exponent == 2.0 && is_floating(a.dtype())
                    ? unary_kernel(UnaryOp::square, "pow", a)
                    : float_unary(UnaryOp::pow_scalar, "pow", a, exponent);
@@ -223,6 +226,7 @@ Tensor pow(const Tensor& a, double exponent) {
 }
 
 Tensor pow(double base, const Tensor& exponent) {
+  if (AutocastInputs cast{"pow", {&exponent}}) return pow(base, cast[0]);
   Tensor out = float_unary(UnaryOp::rpow_scalar, "pow", exponent, base);
   return record("pow", out, {exponent},
                 [me = InputMeta(exponent), so = SavedTensor(out), base](const TensorList& g,
@@ -377,6 +381,8 @@ namespace {
 template <typename Derivative>
 Tensor unary_op(UnaryOp op, const char* name, const Tensor& x, Derivative dfdx, double a = 0,
                 double b = 0) {
+  // Autocast by the op's name: exp, log, rsqrt, ... are in its float32 list.
+  if (AutocastInputs cast{name, {&x}}) return unary_op(op, name, cast[0], dfdx, a, b);
   Tensor out = float_unary(op, name, x, a, b);
   return record(name, out, {x},
                 [mx = InputMeta(x), sx = SavedTensor(x), so = SavedTensor(out), dfdx](

@@ -7,6 +7,7 @@
 // cannot describe (both strides non-unit, unmergeable broadcast batch dims) are materialised.
 #include <algorithm>
 
+#include "ops/autocast.h"
 #include "ops/common.h"
 
 namespace gradus {
@@ -187,10 +188,12 @@ Tensor as_matrix3(const Tensor& t, int64_t rows, int64_t cols) {
 using namespace ops;
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (AutocastInputs cast{"matmul", {&a, &b}}) return matmul(cast[0], cast[1]);
   return matmul_impl("matmul", a, b);
 }
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  if (AutocastInputs cast{"mm", {&a, &b}}) return mm(cast[0], cast[1]);
   check_defined("mm", {&a, &b});
   GRADUS_CHECK(a.dim() == 2 && b.dim() == 2, ShapeError, "mm: expected 2-D matrices, got ",
                shape_str(a.sizes()), " and ", shape_str(b.sizes()),
@@ -199,6 +202,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  if (AutocastInputs cast{"bmm", {&a, &b}}) return bmm(cast[0], cast[1]);
   check_defined("bmm", {&a, &b});
   GRADUS_CHECK(a.dim() == 3 && b.dim() == 3, ShapeError, "bmm: expected 3-D batches, got ",
                shape_str(a.sizes()), " and ", shape_str(b.sizes()));
@@ -209,6 +213,9 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (AutocastInputs cast{"linear", {&x, &weight, &bias}}) {
+    return linear(cast[0], cast[1], cast[2]);
+  }
   check_defined("linear", {&x, &weight});
   check_same_device("linear", {&x, &weight, &bias});
   GRADUS_CHECK(weight.dim() == 2, ShapeError,

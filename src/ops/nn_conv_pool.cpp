@@ -5,6 +5,7 @@
 // NCHW tensors) only ever see well-formed problems.
 #include <algorithm>
 
+#include "ops/autocast.h"
 #include "ops/common.h"
 
 namespace gradus {
@@ -120,6 +121,9 @@ using namespace ops;
 
 // ------------------------------------------------------------------------------------ conv2d
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
+  if (AutocastInputs cast{"conv2d", {&x, &weight, &bias}}) {
+    return conv2d(cast[0], cast[1], cast[2], o);
+  }
   const char* op = "conv2d";
   check_defined(op, {&x, &weight});
   check_same_device(op, {&x, &weight, &bias});

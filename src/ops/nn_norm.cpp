@@ -6,6 +6,7 @@
 // their gradients are cast back to the parameters' dtype.
 #include <cmath>
 
+#include "ops/autocast.h"
 #include "ops/common.h"
 
 namespace gradus {
@@ -45,6 +46,11 @@ using namespace ops;
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, double momentum,
                   double eps) {
+  // The running statistics are never cast: they are updated in place.
+  if (AutocastInputs cast{"batch_norm", {&x, &weight, &bias}}) {
+    return batch_norm(cast[0], running_mean, running_var, cast[1], cast[2], training, momentum,
+                      eps);
+  }
   const char* op = "batch_norm";
   check_defined(op, {&x});
   check_same_device(op, {&x, &running_mean, &running_var, &weight, &bias});
@@ -77,8 +83,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   Tensor out = new_empty({n, c, s}, x.dtype(), x.device());
   Tensor save_mean = new_empty({c}, sd, x.device()), save_rstd = new_empty({c}, sd, x.device());
   // Training updates the running statistics; eval reads them; batch statistics without running
-  // statistics (eval mode, none given) touch nothing.
-  const bool update = training && running_mean.defined();
+  // statistics (eval mode, none given) touch nothing. A checkpointed segment's recomputation
+  // normalises with the same batch statistics but leaves the running ones as its forward left them.
+  const bool update = training && running_mean.defined() && !in_checkpoint_recompute();
   const bool pass_running = update || !use_batch_stats;
   if (x.numel() > 0) {
     backend_of(x).batch_norm(x3, w, b, pass_running ? running_mean : Tensor(),
@@ -148,6 +155,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 // ------------------------------------------------------------------------------------ layer norm
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
+  if (AutocastInputs cast{"layer_norm", {&x, &weight, &bias}}) {
+    return layer_norm(cast[0], normalized_shape, cast[1], cast[2], eps);
+  }
   const char* op = "layer_norm";
   check_defined(op, {&x});
   check_same_device(op, {&x, &weight, &bias});

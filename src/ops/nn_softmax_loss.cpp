@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "ops/autocast.h"
 #include "ops/common.h"
 
 namespace gradus {
@@ -186,13 +187,18 @@ Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
 using namespace ops;
 
 Tensor softmax(const Tensor& x, int64_t dim) {
+  if (AutocastInputs cast{"softmax", {&x}}) return softmax(cast[0], dim);
   return softmax_impl("softmax", x, dim, false);
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  if (AutocastInputs cast{"log_softmax", {&x}}) return log_softmax(cast[0], dim);
   return softmax_impl("log_softmax", x, dim, true);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  if (AutocastInputs cast{"cross_entropy", {&logits, &target}}) {
+    return cross_entropy(cast[0], cast[1], o);
+  }
   const char* op = "cross_entropy";
   const ClassTargets ct = class_targets(op, logits, target, o);
   GRADUS_CHECK(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0, ValueError, op,
@@ -240,6 +246,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o) {
+  if (AutocastInputs cast{"nll_loss", {&log_probs, &target}}) {
+    return nll_loss(cast[0], cast[1], o);
+  }
   const char* op = "nll_loss";
   GRADUS_CHECK(o.label_smoothing == 0.0, ValueError, op,
                ": label_smoothing is only supported by cross_entropy");
@@ -264,6 +273,9 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntrop
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (AutocastInputs cast{"mse_loss", {&input, &target}}) {
+    return mse_loss(cast[0], cast[1], reduction);
+  }
   check_defined("mse_loss", {&input, &target});
   check_same_device("mse_loss", {&input, &target});
   check_floating("mse_loss", input);
@@ -278,6 +290,9 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
                                         Reduction reduction, const Tensor& pos_weight) {
+  if (AutocastInputs cast{"binary_cross_entropy_with_logits", {&logits, &target, &pos_weight}}) {
+    return binary_cross_entropy_with_logits(cast[0], cast[1], reduction, cast[2]);
+  }
   const char* op = "binary_cross_entropy_with_logits";
   check_defined(op, {&logits, &target});
   check_same_device(op, {&logits, &target, &pos_weight});

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/autocast.h"
 #include "ops/common.h"
 
 namespace gradus {
@@ -195,6 +196,7 @@ using namespace ops;
 
 // ------------------------------------------------------------------------------ sum, mean, prod
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  if (AutocastInputs cast{"sum", {&x}}) return sum(cast[0], dims, keepdim);
   check_defined("sum", {&x});
   const ReducePlan p = plan_reduce(x, dims, keepdim, "sum");
   const DType t = is_floating(x.dtype()) ? x.dtype() : DType::i64;
@@ -205,6 +207,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  if (AutocastInputs cast{"mean", {&x}}) return mean(cast[0], dims, keepdim);
   check_defined("mean", {&x});
   const ReducePlan p = plan_reduce(x, dims, keepdim, "mean");
   const DType t = float_dtype(x.dtype());
@@ -215,6 +218,7 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor prod(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  if (AutocastInputs cast{"prod", {&x}}) return prod(cast[0], dims, keepdim);
   check_defined("prod", {&x});
   const ReducePlan p = plan_reduce(x, dims, keepdim, "prod");
   const DType t = is_floating(x.dtype()) ? x.dtype() : DType::i64;
@@ -239,6 +243,7 @@ Tensor prod(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 
 // ------------------------------------------------------------------------------ var, std
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  if (AutocastInputs cast{"var", {&x}}) return var(cast[0], dims, correction, keepdim);
   check_defined("var", {&x});
   const ReducePlan p = plan_reduce(x, dims, keepdim, "var");
   const Tensor xf = cast_raw(x, float_dtype(x.dtype()));
@@ -253,6 +258,7 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
 }
 
 Tensor std(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  if (AutocastInputs cast{"std", {&x}}) return std(cast[0], dims, correction, keepdim);
   check_defined("std", {&x});
   const ReducePlan p = plan_reduce(x, dims, keepdim, "std");
   const Tensor xf = cast_raw(x, float_dtype(x.dtype()));
@@ -297,6 +303,7 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
 
 // ------------------------------------------------------------------------------ logsumexp, norm
 Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  if (AutocastInputs cast{"logsumexp", {&x}}) return logsumexp(cast[0], dims, keepdim);
   check_defined("logsumexp", {&x});
   const ReducePlan p = plan_reduce(x, dims, keepdim, "logsumexp");
   const Tensor xf = cast_raw(x, float_dtype(x.dtype()));
@@ -310,6 +317,7 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
 }
 
 Tensor norm(const Tensor& x) {
+  if (AutocastInputs cast{"norm", {&x}}) return norm(cast[0]);
   check_defined("norm", {&x});
   const ReducePlan p = plan_reduce(x, {}, false, "norm");
   const Tensor xf = cast_raw(x, float_dtype(x.dtype()));

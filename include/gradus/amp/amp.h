@@ -1,4 +1,5 @@
 // gradus::amp: mixed-precision training tools.
 #pragma once
 
+#include "gradus/amp/autocast.h"
 #include "gradus/amp/grad_scaler.h"
