@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "commands.h"
 #include "gradus/gradus.h"
@@ -69,14 +70,17 @@ std::string bench_model_name(const std::string& model) {
   return model == "mlp" ? "mlp-bench" : model == "cnn" ? "cnn-bench" : model;
 }
 
+// amp: the step runs as `gradus train --amp` runs it (autocast; f16 adds the loss scaler).
 StepTiming time_training_step(const std::string& model_name, int64_t batch_size, Device device,
-                              int warmup, int steps, int repeats) {
+                              int warmup, int steps, int repeats,
+                              std::optional<DType> amp = std::nullopt) {
   StepTiming result;
   result.model = nn::make_model(model_name);
   nn::Module& model = *result.model;
   model.to(device);
   model.train();
   optim::Adam optimizer(model.parameters());
+  amp::GradScaler scaler({.enabled = amp == DType::f16});
   // A pool of distinct random batches, cycled: on one repeated batch the large MLP memorises its
   // labels within a few dozen steps, the loss reaches 0 and the step would be timed on vanishing
   // (denormal) gradients, which no real run sees.
@@ -91,9 +95,15 @@ StepTiming time_training_step(const std::string& model_name, int64_t batch_size,
     const Tensor& y = ys[next % ys.size()];
     ++next;
     optimizer.zero_grad();
-    const Tensor loss = cross_entropy(model(x), y);
-    loss.backward();
-    optimizer.step();
+    Tensor loss;
+    {
+      std::optional<amp::Autocast> autocast;
+      if (amp) autocast.emplace(*amp);
+      loss = cross_entropy(model(x), y);
+    }
+    scaler.scale(loss).backward();
+    scaler.step(optimizer);
+    scaler.update();
     return loss.item();  // waits for the device
   };
   for (int i = 0; i < warmup; ++i) step();
@@ -145,8 +155,10 @@ int run_bench(const BenchOptions& o) {
   if (o.gemm > 0) return bench_gemm(o, device);
 
   const std::string name = bench_model_name(o.model);
+  const std::optional<DType> amp =
+      o.amp == "off" ? std::nullopt : std::optional<DType>(dtype_from_name(o.amp));
   const StepTiming timing =
-      time_training_step(name, o.batch_size, device, o.warmup, o.steps, o.repeats);
+      time_training_step(name, o.batch_size, device, o.warmup, o.steps, o.repeats, amp);
   const nn::Module& model = *timing.model;
   const double ms = timing.median_ms;
   // MLPs are all GEMM: per Linear, forward, backward-data and backward-weight are 2*B*in*out
@@ -165,6 +177,7 @@ int run_bench(const BenchOptions& o) {
                                 {"batch_size", o.batch_size},
                                 {"threads", get_num_threads()},
                                 {"device", device.str()},
+                                {"amp", o.amp},
                                 {"ms_per_step", ms},
                                 {"ms_per_step_mean", timing.mean_ms},
                                 {"samples_per_s", static_cast<double>(o.batch_size) / (ms * 1e-3)},

@@ -81,6 +81,7 @@ struct BenchOptions {
   std::string device = "auto";
   int64_t gemm = 0;  // > 0: time an NxN GEMM instead of a model
   std::string gemm_dtype = "f32";
+  std::string amp = "off";  // off, bf16 or f16: the step under autocast (f16 with loss scaling)
   uint64_t seed = 0;
   bool compare_devices = false;  // the three bench models on the CPU and every GPU, as a table
   // --dist ddp|ps|zero1: the global step of data-parallel training over the ranks of mpirun;

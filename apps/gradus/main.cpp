@@ -272,6 +272,11 @@ void add_bench(CLI::App& app, BenchOptions& o) {
       ->capture_default_str();
   c->add_option("--gemm", o.gemm, "Instead of a model, time an NxN matmul (GFLOP/s)")
       ->check(kPositive);
+  c->add_option("--amp", o.amp,
+                "Time the step under autocast: bf16 or f16 (f16 with loss scaling), as "
+                "`gradus train --amp`")
+      ->check(CLI::IsMember({"off", "bf16", "f16"}))
+      ->capture_default_str();
   c->add_option("--gemm-dtype", o.gemm_dtype, "dtype of the --gemm operands: f32, bf16 or f16")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}))
       ->capture_default_str();

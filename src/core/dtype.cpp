@@ -4,7 +4,7 @@
 
 namespace gradus {
 
-float half_to_float(uint16_t h) {
+float half_to_float_portable(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exponent = (h >> 10) & 0x1fu;
   uint32_t mantissa = h & 0x3ffu;
@@ -31,7 +31,7 @@ float half_to_float(uint16_t h) {
   return f;
 }
 
-uint16_t float_to_half(float f) {
+uint16_t float_to_half_portable(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);

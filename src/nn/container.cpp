@@ -38,7 +38,7 @@ Tensor Sequential::forward(const Tensor& x) {
   const auto children = named_children();
   Tensor h = x;
   if (checkpoint_every_ <= 0 || !is_grad_enabled()) {
-    for (const auto& item : children) h = item.second->forward(h);
+    for (const auto& item : children) h = (*item.second)(h);
     return h;
   }
   for (size_t begin = 0; begin < children.size(); begin += static_cast<size_t>(checkpoint_every_)) {
@@ -54,7 +54,7 @@ Tensor Sequential::forward(const Tensor& x) {
     h = checkpoint(
         [segment](const std::vector<Tensor>& in) {
           Tensor y = in[0];
-          for (const auto& m : segment) y = m->forward(y);
+          for (const auto& m : segment) y = (*m)(y);
           return y;
         },
         {h}, params);

@@ -62,6 +62,44 @@ TEST(Checkpoint, SequentialSegmentsGiveBitwiseEqualGradients) {
   }
 }
 
+// nn::Checkpoint(module) on single blocks: same gradients, same state_dict names, and the
+// segment really is recomputed (a second forward through the block during backward).
+TEST(Checkpoint, ModuleFlagKeepsNamesAndGradients) {
+  const uint64_t seed = fresh_seed();
+  auto plain = deep_mlp(seed, 4);
+  auto ckpt = deep_mlp(seed, 4);
+  int forwards = 0;
+  struct Counting : nn::Module {
+    int* count;
+    explicit Counting(int* c) : count(c) {}
+    Tensor forward(const Tensor& x) override {
+      ++*count;
+      return relu(x);
+    }
+  };
+  auto counted = std::make_shared<Counting>(&forwards);
+  auto wrapped = std::make_shared<nn::Sequential>();
+  for (const auto& [name, child] : ckpt->named_children()) {
+    wrapped->push_back(
+        name, name == "1" ? nn::Checkpoint(std::make_shared<nn::Sequential>(
+                                std::initializer_list<std::shared_ptr<nn::Module>>{counted, child}))
+                          : nn::Checkpoint(child));
+  }
+  std::vector<std::string> names_plain, names_wrapped;
+  for (const auto& kv : plain->state_dict()) names_plain.push_back(kv.first);
+  for (const auto& kv : wrapped->state_dict()) names_wrapped.push_back(kv.first);
+  EXPECT_EQ(names_plain, names_wrapped);
+  const Tensor x = random_tensor({8, 16}, seed + 1, -1, 1, DType::f32);
+  const uint64_t draw = fresh_seed();
+  manual_seed(draw);
+  sum(mul((*plain)(x), (*plain)(x))).backward();
+  manual_seed(draw);
+  sum(mul((*wrapped)(x), (*wrapped)(x))).backward();
+  EXPECT_EQ(forwards, 4);  // two forwards, two recomputations
+  EXPECT_EQ(grads_of(*wrapped), grads_of(*plain));
+  EXPECT_TRUE(wrapped->named_children()[0].second->is_checkpointed());
+}
+
 TEST(Checkpoint, NestedCheckpointsMatchThePlainComputation) {
   const uint64_t seed = fresh_seed();
   Tensor w = random_tensor({6, 6}, seed, -1, 1).set_requires_grad();

@@ -1,7 +1,10 @@
 // Core tensor behaviour: metadata, views sharing storage, dtypes and casts, devices, errors,
 // printing and the Philox generator state.
 #include <gtest/gtest.h>
+
+#include <bit>
 #include <functional>
+#include <random>
 
 #include "support/test_util.h"
 
@@ -42,6 +45,30 @@ TEST(DType, HalfAndBFloat16RoundToNearestEven) {
   EXPECT_EQ(float(BFloat16(1.0f + 1.0f / 256)), 1.0f);
   EXPECT_EQ(float(BFloat16(3.0f)), 3.0f);
   EXPECT_TRUE(std::isnan(float(BFloat16(NAN))));
+}
+
+TEST(DType, HardwareHalfConversionsMatchThePortableOnes) {
+  // half -> float: every bit pattern (NaNs only need to stay NaN).
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const uint16_t h = static_cast<uint16_t>(bits);
+    const float fast = half_to_float(h), portable = half_to_float_portable(h);
+    if (std::isnan(portable)) {
+      EXPECT_TRUE(std::isnan(fast)) << bits;
+    } else {
+      EXPECT_EQ(std::bit_cast<uint32_t>(fast), std::bit_cast<uint32_t>(portable)) << bits;
+    }
+  }
+  // float -> half: fresh random floats over the whole half range and beyond, plus the edges.
+  std::mt19937 rng(static_cast<uint32_t>(fresh_seed()));
+  std::vector<float> floats = {0.0f,     -0.0f,   65504.0f, 65519.99f, 65520.0f, 5.96e-8f, 2.98e-8f,
+                               2.99e-8f, 6.1e-5f, INFINITY, -INFINITY, 1e30f,    -1e-30f};
+  for (int i = 0; i < 200000; ++i) {
+    floats.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
+  }
+  for (float f : floats) {
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(float_to_half(f), float_to_half_portable(f)) << f;
+  }
 }
 
 TEST(Tensor, ViewsShareStorage) {

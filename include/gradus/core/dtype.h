@@ -41,8 +41,30 @@ struct BFloat16 {
   }
 };
 
-float half_to_float(uint16_t h);
-uint16_t float_to_half(float f);
+// Portable bit-exact conversions (round to nearest even; any NaN becomes the quiet NaN 0x7e00).
+float half_to_float_portable(uint16_t h);
+uint16_t float_to_half_portable(float f);
+// With F16C (x86 -march=native builds) the compiler's _Float16 conversions are one instruction
+// each and vectorise; they round the same way (a NaN keeps its payload, quieted).
+inline float half_to_float(uint16_t h) {
+#if defined(__F16C__) && defined(__FLT16_MAX__) && !defined(__CUDACC__)
+  _Float16 v;
+  std::memcpy(&v, &h, 2);
+  return static_cast<float>(v);
+#else
+  return half_to_float_portable(h);
+#endif
+}
+inline uint16_t float_to_half(float f) {
+#if defined(__F16C__) && defined(__FLT16_MAX__) && !defined(__CUDACC__)
+  const _Float16 v = static_cast<_Float16>(f);
+  uint16_t h;
+  std::memcpy(&h, &v, 2);
+  return h;
+#else
+  return float_to_half_portable(f);
+#endif
+}
 inline Half::Half(float f) : bits(float_to_half(f)) {}
 inline Half::operator float() const {
   return half_to_float(bits);

@@ -70,7 +70,17 @@ class Module : public std::enable_shared_from_this<Module> {
 
   // The computation. The default throws (containers such as ModuleList have none).
   virtual Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // forward(x), under gradus::checkpoint when set_checkpoint(true) (and grad mode is on).
+  Tensor operator()(const Tensor& x);
+
+  // Activation checkpointing for this module: operator() keeps only its input and recomputes
+  // forward during backward (the random state replayed). A flag rather than a wrapping module,
+  // so state_dict names do not change. A module not owned by a shared_ptr must outlive backward.
+  Module& set_checkpoint(bool on = true) {
+    checkpoint_ = on;
+    return *this;
+  }
+  bool is_checkpointed() const { return checkpoint_; }
 
   // ---- registration (names: non-empty, no '.', unique within this module) ----
   // Marks t as requiring grad (when requires_grad and floating) and returns the same handle.
@@ -161,10 +171,19 @@ class Module : public std::enable_shared_from_this<Module> {
 
   bool training_ = true;
   bool keep_eval_ = false;
+  bool checkpoint_ = false;
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
+
+// nn::Checkpoint(module): `module` with activation checkpointing on (the same object, returned for
+// chaining, e.g. seq.push_back(nn::Checkpoint(block))). See Module::set_checkpoint.
+template <typename M>
+std::shared_ptr<M> Checkpoint(std::shared_ptr<M> module) {
+  module->set_checkpoint(true);
+  return module;
+}
 
 std::ostream& operator<<(std::ostream& os, const Module& m);
 
