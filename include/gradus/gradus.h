@@ -9,6 +9,7 @@
 #include "gradus/core/dtype.h"
 #include "gradus/core/error.h"
 #include "gradus/core/host_memory.h"
+#include "gradus/core/kernel_counts.h"
 #include "gradus/core/random.h"
 #include "gradus/core/shape.h"
 #include "gradus/core/tensor.h"

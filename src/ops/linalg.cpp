@@ -7,6 +7,7 @@
 // cannot describe (both strides non-unit, unmergeable broadcast batch dims) are materialised.
 #include <algorithm>
 
+#include "gradus/core/kernel_counts.h"
 #include "ops/autocast.h"
 #include "ops/common.h"
 
@@ -253,11 +254,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         const Tensor g3 = as_matrix3(g[0], rows, out_f);
         TensorList grads(3);
         if (needs[0]) {  // dx [rows, in] = g [rows, out] @ W [out, in]
+          gradus::detail::count_kernel("linear.input_grad");
           Tensor gx = new_empty({1, rows, in_f}, g3.dtype(), g3.device());
           gemm_into(g3, false, sw.get(), false, gx, out_f, Tensor());
           grads[0] = gx.as_strided_raw(mx.shape, contiguous_strides(mx.shape), 0);
         }
         if (needs[1]) {  // dW [out, in] = g^T [out, rows] @ x [rows, in]
+          gradus::detail::count_kernel("linear.weight_grad");
           Tensor gw = new_empty({1, out_f, in_f}, g3.dtype(), g3.device());
           gemm_into(g3, true, sx.get(), false, gw, rows, Tensor());
           grads[1] = gw.as_strided_raw({out_f, in_f}, {in_f, 1}, 0);

@@ -5,6 +5,7 @@
 // NCHW tensors) only ever see well-formed problems.
 #include <algorithm>
 
+#include "gradus/core/kernel_counts.h"
 #include "ops/autocast.h"
 #include "ops/common.h"
 
@@ -202,7 +203,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                   if (needs[0]) {
                     Tensor gx = empty ? zeros(xv.sizes(), g4.options())
                                       : new_empty(xv.sizes(), g4.dtype(), g4.device());
-                    if (!empty) backend_of(gx).conv2d_backward_data(g4, wv, gx, args);
+                    if (!empty) {
+                      gradus::detail::count_kernel("conv2d.input_grad");
+                      backend_of(gx).conv2d_backward_data(g4, wv, gx, args);
+                    }
                     grads[0] = gx.as_strided_raw(x_shape, contiguous_strides(x_shape), 0);
                   }
                   if (needs[1] || needs[2]) {
@@ -211,6 +215,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                     Tensor gb =
                         needs[2] ? new_empty({w_shape[0]}, g4.dtype(), g4.device()) : Tensor();
                     if (!empty) {
+                      gradus::detail::count_kernel("conv2d.weight_grad");
                       backend_of(gw).conv2d_backward_weight(g4, xv, gw, gb, args);
                     } else if (gb.defined()) {
                       gb = sum(g4, {0, 2, 3});

@@ -29,6 +29,19 @@ std::vector<std::vector<double>> values(const std::vector<Tensor>& ts) {
   return out;
 }
 
+TEST(Freeze, UnfrozenModelRunsEveryWeightGradientKernel) {
+  manual_seed(fresh_seed());
+  auto net = small_cnn();
+  const Tensor x = random_tensor({5, 1, 8, 8}, fresh_seed(), -1, 1, DType::f32);
+  const Tensor y = from_vector(std::vector<int64_t>{0, 1, 2, 0, 1}, {5}, {.dtype = DType::i64});
+  KernelCountScope kernels;
+  cross_entropy((*net)(x), y).backward();
+  EXPECT_EQ(kernels["conv2d.weight_grad"], 1);
+  EXPECT_EQ(kernels["conv2d.input_grad"], 0);  // the image needs no gradient
+  EXPECT_EQ(kernels["linear.weight_grad"], 1);
+  EXPECT_EQ(kernels["linear.input_grad"], 1);
+}
+
 TEST(Freeze, FrozenPrefixGetsNoGradientAndStaysUnchanged) {
   manual_seed(fresh_seed());
   auto net = small_cnn();
@@ -49,7 +62,16 @@ TEST(Freeze, FrozenPrefixGetsNoGradientAndStaysUnchanged) {
     const Tensor x = random_tensor({5, 1, 8, 8}, fresh_seed(), -1, 1, DType::f32);
     const Tensor y = from_vector(std::vector<int64_t>{0, 1, 2, 0, 1}, {5}, {.dtype = DType::i64});
     opt.zero_grad();
-    cross_entropy((*net)(x), y).backward();
+    {
+      // The frozen convolution's backward kernels do not run at all; the head's weight
+      // gradient runs once, and no input gradient is wanted from it either.
+      KernelCountScope kernels;
+      cross_entropy((*net)(x), y).backward();
+      EXPECT_EQ(kernels["conv2d.weight_grad"], 0);
+      EXPECT_EQ(kernels["conv2d.input_grad"], 0);
+      EXPECT_EQ(kernels["linear.weight_grad"], 1);
+      EXPECT_EQ(kernels["linear.input_grad"], 0);
+    }
     for (const Tensor& p : frozen) EXPECT_FALSE(p.grad().defined());
     for (const Tensor& p : trained) EXPECT_TRUE(p.grad().defined());
     opt.step();
