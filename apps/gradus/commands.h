@@ -38,6 +38,7 @@ struct TrainOptions {
   // Parameter-name prefixes to freeze (no gradient, not updated; batch norms under them stay in
   // eval mode), e.g. "features." or "0.".
   std::vector<std::string> freeze;
+  std::string init_from;  // safetensors weights to start from (e.g. an earlier run's --save)
   // Mixed precision: "off", "bf16" or "f16" (autocast; f16 adds dynamic loss scaling).
   std::string amp = "off";
   int64_t grad_checkpoint = 0;  // > 0: recompute activations in segments of this many layers

@@ -110,6 +110,10 @@ void add_train(CLI::App& app, TrainOptions& o) {
   c->add_option("--dropout", o.dropout, "mlp: dropout probability after each hidden layer")
       ->check(number_in(0.0, false, 0.99, "RANGE"))
       ->capture_default_str();
+  c->add_option("--init-from", o.init_from,
+                "Start from these weights (a .safetensors file with the model's state_dict "
+                "names, e.g. an earlier run's --save); with --freeze, fine-tunes the rest")
+      ->check(CLI::ExistingFile);
   c->add_option("--freeze", o.freeze,
                 "Freeze the parameters whose names start with PREFIX (e.g. features. or 0.; "
                 "repeatable): no gradient, no update, batch norms under them kept in eval mode")

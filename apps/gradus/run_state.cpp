@@ -61,6 +61,7 @@ std::string run_config_json(const TrainOptions& o, int threads, const std::strin
   // Only when given, so checkpoints of runs without it compare equal to older ones.
   if (!o.freeze.empty()) j["freeze"] = o.freeze;
   if (o.amp != "off") j["amp"] = o.amp;
+  if (!o.init_from.empty()) j["init_from"] = o.init_from;  // informational: --resume loads state
   // Not a strict key: recomputation gives the same gradients, so a run may resume with or without.
   if (o.grad_checkpoint > 0) j["grad_checkpoint"] = o.grad_checkpoint;
   j["threads"] = threads;

@@ -449,6 +449,13 @@ int run_train(const TrainOptions& options) {
     return m;
   };
   std::shared_ptr<nn::Module> model = build_model();
+  if (!o.init_from.empty()) {
+    // Weights from an earlier run's --save (or any safetensors file with this model's names):
+    // every name must match, so a file for another model is an error, not a partial load.
+    io::load_module(*model, o.init_from);
+    std::fprintf(stderr, "gradus train: --init-from %s: loaded %zu tensors\n", o.init_from.c_str(),
+                 model->state_dict().size());
+  }
   for (const std::string& prefix : o.freeze) {
     std::fprintf(stderr, "gradus train: --freeze %s: frozen\n", prefix.c_str());
   }
