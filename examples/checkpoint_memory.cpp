@@ -1,10 +1,13 @@
-// Activation checkpointing: what it saves and what it costs on a deep MLP.
+// Activation checkpointing: what it saves and what it costs on a 16-block network.
 //
-//   build/examples/example_checkpoint_memory [blocks=16] [width=256] [batch=8192] [steps=5]
+//   build/examples/example_checkpoint_memory [mlp|cnn] [blocks=16] [width] [batch] [steps=5]
 //
-// Trains the same 16-block MLP (Linear + ReLU per block) with Adam, once plainly and once with
-// Sequential::checkpoint_every(k) for a few k, and prints, for each, the peak memory CPU tensors
-// held during a step (host::memory_stats) and the median step time. Checkpointing keeps only each
+// mlp: blocks of Linear(width, width) + ReLU (width 256, batch 8192).
+// cnn: blocks of Conv2d(width, width, 3x3, padding 1) + BatchNorm2d + ReLU on 32x32 maps
+//      (width 16, batch 64).
+// Trains the same network with Adam, once plainly and once with Sequential::checkpoint_every(k)
+// for segments of 1, 2 and 4 blocks, and prints, for each, the peak memory CPU tensors held
+// during a step (host::memory_stats) and the median step time. Checkpointing keeps only each
 // segment's input in forward and recomputes the segment in backward.
 #include <gradus/gradus.h>
 
@@ -12,27 +15,41 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 int main(int argc, char** argv) try {
   using namespace gradus;
-  const int blocks = argc > 1 ? std::atoi(argv[1]) : 16;
-  const int64_t width = argc > 2 ? std::atoll(argv[2]) : 256;
-  const int64_t batch = argc > 3 ? std::atoll(argv[3]) : 8192;
-  const int steps = argc > 4 ? std::atoi(argv[4]) : 5;
-  std::printf("%d blocks of Linear(%lld, %lld) + ReLU, batch %lld, Adam, %d threads\n", blocks,
-              static_cast<long long>(width), static_cast<long long>(width),
-              static_cast<long long>(batch), get_num_threads());
+  const std::string kind = argc > 1 ? argv[1] : "mlp";
+  if (kind != "mlp" && kind != "cnn") {
+    std::fprintf(stderr, "usage: %s [mlp|cnn] [blocks] [width] [batch] [steps]\n", argv[0]);
+    return 2;
+  }
+  const bool cnn = kind == "cnn";
+  const int blocks = argc > 2 ? std::atoi(argv[2]) : 16;
+  const int64_t width = argc > 3 ? std::atoll(argv[3]) : (cnn ? 16 : 256);
+  const int64_t batch = argc > 4 ? std::atoll(argv[4]) : (cnn ? 64 : 8192);
+  const int steps = argc > 5 ? std::atoi(argv[5]) : 5;
+  const int per_block = cnn ? 3 : 2;  // children per block
+  std::printf("%s: %d blocks of %s, width %lld, batch %lld, Adam, %d threads\n", kind.c_str(),
+              blocks, cnn ? "Conv2d 3x3 + BatchNorm2d + ReLU" : "Linear + ReLU",
+              static_cast<long long>(width), static_cast<long long>(batch), get_num_threads());
   double plain_peak = 0, plain_ms = 0;
   for (int64_t every : {0, 1, 2, 4}) {
     manual_seed(0);
     auto net = std::make_shared<nn::Sequential>();
     for (int i = 0; i < blocks; ++i) {
-      net->push_back(std::make_shared<nn::Linear>(width, width));
+      if (cnn) {
+        net->push_back(
+            std::make_shared<nn::Conv2d>(width, width, 3, nn::ConvOptions{.padding = 1}));
+        net->push_back(std::make_shared<nn::BatchNorm2d>(width));
+      } else {
+        net->push_back(std::make_shared<nn::Linear>(width, width));
+      }
       net->push_back(std::make_shared<nn::ReLU>());
     }
-    net->checkpoint_every(2 * every);  // k blocks = 2k children
+    net->checkpoint_every(per_block * every);  // k blocks
     optim::Adam opt(net->parameters(), {.lr = 1e-4});
-    const Tensor x = randn({batch, width});
+    const Tensor x = cnn ? randn({batch, width, 32, 32}) : randn({batch, width});
     std::vector<double> ms;
     size_t peak = 0;
     for (int s = 0; s < steps + 2; ++s) {

@@ -33,7 +33,7 @@ double Progress::elapsed_seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-std::string Progress::line(int64_t done, double loss, int64_t samples) const {
+std::string Progress::line(int64_t done, double loss, int64_t samples, size_t peak_bytes) const {
   const double elapsed = elapsed_seconds();
   const double rate = elapsed > 0 ? static_cast<double>(samples) / elapsed : 0.0;
   const double eta = done > 0 ? elapsed * static_cast<double>(total_ - done) / done : NAN;
@@ -41,19 +41,24 @@ std::string Progress::line(int64_t done, double loss, int64_t samples) const {
   const int filled = total_ > 0 ? static_cast<int>(kWidth * done / total_) : kWidth;
   std::string bar(static_cast<size_t>(filled), '=');
   if (filled < kWidth) bar += '>' + std::string(static_cast<size_t>(kWidth - filled - 1), ' ');
-  char buf[256];
-  std::snprintf(buf, sizeof(buf), "%s [%s] %lld/%lld loss %.4f  %.0f samples/s  ETA %s",
+  char memory[48] = "";
+  if (peak_bytes > 0) {
+    std::snprintf(memory, sizeof(memory), "  peak %.1f MiB",
+                  static_cast<double>(peak_bytes) / (1 << 20));
+  }
+  char buf[320];
+  std::snprintf(buf, sizeof(buf), "%s [%s] %lld/%lld loss %.4f  %.0f samples/s%s  ETA %s",
                 label_.c_str(), bar.c_str(), static_cast<long long>(done),
-                static_cast<long long>(total_), loss, rate, format_duration(eta).c_str());
+                static_cast<long long>(total_), loss, rate, memory, format_duration(eta).c_str());
   return buf;
 }
 
-void Progress::update(int64_t done, double loss, int64_t samples) {
+void Progress::update(int64_t done, double loss, int64_t samples, size_t peak_bytes) {
   if (!enabled_) return;
   const auto now = std::chrono::steady_clock::now();
   if (tty_) {
     if (done < total_ && drawn_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
-    std::fprintf(stderr, "\r%s\033[K", line(done, loss, samples).c_str());
+    std::fprintf(stderr, "\r%s\033[K", line(done, loss, samples, peak_bytes).c_str());
     std::fflush(stderr);
     last_draw_ = now;
     drawn_ = true;
@@ -61,7 +66,7 @@ void Progress::update(int64_t done, double loss, int64_t samples) {
     // One line per completed tenth of the work (so at most 10 lines, the last at 100%).
     const int64_t tenth = total_ > 0 ? 10 * done / total_ : 10;
     if (tenth > last_tenth_) {
-      std::fprintf(stderr, "%s\n", line(done, loss, samples).c_str());
+      std::fprintf(stderr, "%s\n", line(done, loss, samples, peak_bytes).c_str());
       std::fflush(stderr);
       last_tenth_ = tenth;
     }

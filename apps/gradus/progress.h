@@ -1,9 +1,10 @@
-// A progress bar for training loops on stderr: loss, samples/s and ETA. On a terminal it redraws
-// one line with '\r' (at most ~10 times a second); when stderr is a file or pipe it prints a
-// plain line at about every 10% of the work, so logs stay readable.
+// A progress bar for training loops on stderr: loss, samples/s, peak memory and ETA. On a terminal
+// it redraws one line with '\r' (at most ~10 times a second); when stderr is a file or pipe it
+// prints a plain line at about every 10% of the work, so logs stay readable.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -13,14 +14,15 @@ class Progress {
  public:
   // `label` prefixes every line (e.g. "epoch 3/10"); total = steps in this bar.
   Progress(std::string label, int64_t total, bool enabled = true);
-  // After step `done` (1-based) with the running mean loss and samples processed so far.
-  void update(int64_t done, double loss, int64_t samples);
+  // After step `done` (1-based) with the running mean loss, samples processed so far and, when
+  // known, the peak bytes tensors held so far (shown as "peak 123.4 MiB").
+  void update(int64_t done, double loss, int64_t samples, size_t peak_bytes = 0);
   // Ends the bar (a newline on a terminal).
   void finish();
   double elapsed_seconds() const;
 
  private:
-  std::string line(int64_t done, double loss, int64_t samples) const;
+  std::string line(int64_t done, double loss, int64_t samples, size_t peak_bytes) const;
 
   std::string label_;
   int64_t total_;

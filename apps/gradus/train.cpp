@@ -562,6 +562,11 @@ int run_train(const TrainOptions& options) {
     return 0;
   }
 
+  // Peak bytes held by tensors on the training device since the epoch began.
+  auto epoch_peak = [&]() -> size_t {
+    return device.is_cuda() ? cuda::memory_stats(device.index()).peak_allocated
+                            : host::memory_stats().peak_allocated_bytes;
+  };
   EvalResult result;
   bool evaluated = false;
   double first_loss = -1;  // for the divergence warning
@@ -644,7 +649,7 @@ int run_train(const TrainOptions& options) {
       }
       bar.update(next.batch,
                  progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.samples, 1)),
-                 samples_here);
+                 samples_here, epoch_peak());
     }
     bar.finish();
     const double train_seconds = bar.elapsed_seconds();
@@ -658,8 +663,7 @@ int run_train(const TrainOptions& options) {
     // The lr of the epoch's last step (restored when the epoch ended just before a resume).
     const double lr = progress.samples > 0 ? progress.last_lr : optimizer->lr();
     // The most memory tensors held during the epoch (on the training device).
-    const size_t peak = device.is_cuda() ? cuda::memory_stats(device.index()).peak_allocated
-                                         : host::memory_stats().peak_allocated_bytes;
+    const size_t peak = epoch_peak();
     std::printf(
         "epoch %lld/%d train_loss %.4f test_loss %.4f test_accuracy %.4f (%.1f s, %.0f "
         "samples/s, lr %.3g, peak memory %.1f MiB)\n",
