@@ -3,6 +3,7 @@
 
 #include "gradus/amp/amp.h"
 #include "gradus/autograd.h"
+#include "gradus/autograd/function.h"
 #include "gradus/core/batch_size.h"
 #include "gradus/core/determinism.h"
 #include "gradus/core/device.h"
