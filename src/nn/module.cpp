@@ -64,18 +64,6 @@ Tensor Module::forward(const Tensor&) {
   throw Error(detail::str_cat(type_name(), ": forward() is not implemented for this module"));
 }
 
-Tensor Module::operator()(const Tensor& x) {
-  if (!checkpoint_ || !is_grad_enabled()) return forward(x);
-  std::vector<Tensor> trainable;
-  for (const Tensor& p : parameters()) {
-    if (p.requires_grad()) trainable.push_back(p);
-  }
-  // The recomputation runs in backward: hold the module if a shared_ptr owns it.
-  std::shared_ptr<Module> keep = weak_from_this().lock();
-  return checkpoint([this, keep](const std::vector<Tensor>& in) { return forward(in[0]); }, {x},
-                    trainable);
-}
-
 void Module::check_new_name(const std::string& name, const char* what) const {
   const std::string type = type_name();
   GRADUS_CHECK(!name.empty(), ValueError, what, ": empty name in ", type);

@@ -10,6 +10,7 @@
 #include <iosfwd>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -60,6 +61,21 @@ struct LoadResult {
   }
 };
 
+struct ModuleHooks;
+
+// Returned by the register_*_hook methods; remove() unregisters the hook (safe to call twice, or
+// after the module is gone).
+class HookHandle {
+ public:
+  HookHandle() = default;
+  HookHandle(std::weak_ptr<ModuleHooks> hooks, uint64_t id) : hooks_(std::move(hooks)), id_(id) {}
+  void remove();
+
+ private:
+  std::weak_ptr<ModuleHooks> hooks_;
+  uint64_t id_ = 0;
+};
+
 class Module : public std::enable_shared_from_this<Module> {
  public:
   Module() = default;
@@ -70,8 +86,33 @@ class Module : public std::enable_shared_from_this<Module> {
 
   // The computation. The default throws (containers such as ModuleList have none).
   virtual Tensor forward(const Tensor& x);
-  // forward(x), under gradus::checkpoint when set_checkpoint(true) (and grad mode is on).
+  // The computation on several inputs (e.g. tokens and a mask). Modules that take more than one
+  // override this; the default hands a single input to forward(x) and refuses more.
+  virtual Tensor forward_multi(const std::vector<Tensor>& inputs);
+
+  // Calls forward(x) / forward_multi(inputs) with the hooks below run around it, under
+  // gradus::checkpoint when set_checkpoint(true) (and grad mode is on).
   Tensor operator()(const Tensor& x);
+  Tensor operator()(const std::vector<Tensor>& inputs);
+  template <typename... More>
+  Tensor operator()(const Tensor& a, const Tensor& b, const More&... more) {
+    return (*this)(std::vector<Tensor>{a, b, more...});
+  }
+
+  // ---- hooks (run by operator(), in registration order; HookHandle::remove() drops one) ----
+  // Before forward: may return replacement inputs.
+  using ForwardPreHook =
+      std::function<std::optional<std::vector<Tensor>>(Module&, const std::vector<Tensor>&)>;
+  // After forward: may return a replacement output.
+  using ForwardHook = std::function<std::optional<Tensor>(Module&, const std::vector<Tensor>&,
+                                                          const Tensor& output)>;
+  // During backward, once the gradients of the module's inputs are known: grad_inputs (one per
+  // input; undefined for an input that needs none) and grad_outputs. Observes only.
+  using BackwardHook = std::function<void(Module&, const std::vector<Tensor>& grad_inputs,
+                                          const std::vector<Tensor>& grad_outputs)>;
+  HookHandle register_forward_pre_hook(ForwardPreHook hook);
+  HookHandle register_forward_hook(ForwardHook hook);
+  HookHandle register_full_backward_hook(BackwardHook hook);
 
   // Activation checkpointing for this module: operator() keeps only its input and recomputes
   // forward during backward (the random state replayed). A flag rather than a wrapping module,
@@ -163,6 +204,10 @@ class Module : public std::enable_shared_from_this<Module> {
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> module);
+  // operator()'s body: hooks, checkpoint, then forward (single) or forward_multi.
+  Tensor call(std::vector<Tensor> inputs, bool single);
+  Tensor run_forward(const std::vector<Tensor>& inputs, bool single);
+  ModuleHooks& hooks();
   void check_new_name(const std::string& name, const char* what) const;
   // All (name, tensor) pairs of params (or buffers) in the subtree, without dedup.
   void collect(const std::string& prefix, bool params, bool buffers, bool recurse,
@@ -172,6 +217,7 @@ class Module : public std::enable_shared_from_this<Module> {
   bool training_ = true;
   bool keep_eval_ = false;
   bool checkpoint_ = false;
+  std::shared_ptr<ModuleHooks> hooks_;
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
