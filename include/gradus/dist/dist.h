@@ -6,4 +6,5 @@
 #include "gradus/dist/ddp.h"
 #include "gradus/dist/parameter_server.h"
 #include "gradus/dist/process_group.h"
+#include "gradus/dist/tensor_parallel.h"
 #include "gradus/dist/zero.h"

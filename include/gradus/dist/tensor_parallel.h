@@ -1,0 +1,77 @@
+// Tensor parallelism (Megatron-style): layers whose weights are split across the ranks of a
+// group, built on differentiable collectives.
+//
+//   // An MLP block whose hidden layer is split over the ranks: one all-reduce forward, one back.
+//   auto up = std::make_shared<dist::ColumnParallelLinear>(512, 2048, true, /*gather=*/false);
+//   auto down = std::make_shared<dist::RowParallelLinear>(2048, 512, true, /*parallel_in=*/true);
+//   Tensor y = (*down)(gelu((*up)(x)));   // x and y: the full activations, the same on every rank
+//
+// Weights are initialised by drawing the full (unsplit) weight exactly as nn::Linear would and
+// keeping this rank's slice, so a tensor-parallel model built after manual_seed(s) computes what
+// the one-device model built after manual_seed(s) does. full_state_dict() gathers the full
+// weights (PyTorch/nn::Linear names and shapes); load_full_state_dict() takes this rank's slices.
+#pragma once
+
+#include <memory>
+
+#include "gradus/dist/process_group.h"
+#include "gradus/nn/module.h"
+
+namespace gradus::dist {
+
+// The four mappings between replicated and split activations (each the other's transpose):
+//   copy_to_parallel_region      forward identity,             backward all-reduce (sum)
+//   reduce_from_parallel_region  forward all-reduce (sum),     backward identity
+//   gather_from_parallel_region  forward all-gather (last dim), backward this rank's slice
+//   scatter_to_parallel_region   forward this rank's slice of the last dim, backward all-gather
+// group: nullptr for default_group(). The last dim must divide evenly for scatter.
+Tensor copy_to_parallel_region(const Tensor& x, std::shared_ptr<ProcessGroup> group = nullptr);
+Tensor reduce_from_parallel_region(const Tensor& x, std::shared_ptr<ProcessGroup> group = nullptr);
+Tensor gather_from_parallel_region(const Tensor& x, std::shared_ptr<ProcessGroup> group = nullptr);
+Tensor scatter_to_parallel_region(const Tensor& x, std::shared_ptr<ProcessGroup> group = nullptr);
+
+// y = x W^T + b with W's output features split: this rank holds rows
+// [rank * out/size, (rank+1) * out/size) of W and b. gather_output: all-gather y (every rank gets
+// the full [.., out]); otherwise y is this rank's [.., out/size] slice (feed a RowParallelLinear).
+class ColumnParallelLinear : public nn::Module {
+ public:
+  ColumnParallelLinear(int64_t in_features, int64_t out_features, bool bias = true,
+                       bool gather_output = true, std::shared_ptr<ProcessGroup> group = nullptr);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "ColumnParallelLinear"; }
+  std::string extra_repr() const override;
+  // {"weight": [out, in], "bias": [out]}, gathered from every rank (a collective).
+  nn::StateDict full_state_dict() const;
+  void load_full_state_dict(const nn::StateDict& full);
+
+  int64_t in_features, out_features, local_out;
+  bool gather_output;
+  Tensor weight, bias;  // this rank's slices
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+};
+
+// y = x W^T + b with W's input features split: this rank holds columns
+// [rank * in/size, (rank+1) * in/size) of W; the partial products are all-reduced, then the full
+// bias (kept on every rank) is added. input_is_parallel: x is already this rank's slice of the
+// features (a ColumnParallelLinear's un-gathered output); otherwise x is full and is sliced here.
+class RowParallelLinear : public nn::Module {
+ public:
+  RowParallelLinear(int64_t in_features, int64_t out_features, bool bias = true,
+                    bool input_is_parallel = false, std::shared_ptr<ProcessGroup> group = nullptr);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "RowParallelLinear"; }
+  std::string extra_repr() const override;
+  nn::StateDict full_state_dict() const;
+  void load_full_state_dict(const nn::StateDict& full);
+
+  int64_t in_features, out_features, local_in;
+  bool input_is_parallel;
+  Tensor weight, bias;  // weight: this rank's columns; bias: the full bias
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+};
+
+}  // namespace gradus::dist

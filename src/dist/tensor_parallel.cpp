@@ -1,0 +1,231 @@
+// Tensor-parallel layers and the differentiable collectives under them (gradus/dist/
+// tensor_parallel.h). Each mapping is an autograd::Function whose backward is the transpose
+// collective, as in Megatron-LM.
+#include "gradus/dist/tensor_parallel.h"
+
+#include <sstream>
+
+#include "gradus/autograd.h"
+#include "gradus/autograd/function.h"
+#include "gradus/nn/layers.h"
+#include "gradus/ops.h"
+
+namespace gradus::dist {
+
+namespace {
+
+using autograd::FunctionContext;
+using autograd::TensorList;
+
+std::shared_ptr<ProcessGroup> resolve(std::shared_ptr<ProcessGroup> g) {
+  return g ? std::move(g) : default_group();
+}
+
+Tensor all_reduced(const Tensor& x, ProcessGroup& g, const char* label) {
+  Tensor t = x.contiguous().clone();
+  g.all_reduce(t, ReduceOp::sum, label)->wait();
+  return t;
+}
+
+// [.., k] on every rank -> [.., size * k], rank r's values at [r*k, (r+1)*k).
+Tensor gathered_last_dim(const Tensor& x, ProcessGroup& g, const char* label) {
+  const Tensor in = x.contiguous();
+  Shape shape = in.sizes();
+  shape.insert(shape.begin(), g.size());
+  Tensor buf = empty(shape, {in.dtype(), in.device()});
+  g.all_gather(buf, in, label)->wait();
+  std::vector<Tensor> parts;
+  for (int r = 0; r < g.size(); ++r) parts.push_back(buf.select(0, r));
+  return cat(parts, -1);
+}
+
+Tensor my_slice_last_dim(const Tensor& x, const ProcessGroup& g, const char* what) {
+  const int64_t n = x.size(-1);
+  GRADUS_CHECK(n % g.size() == 0, ShapeError, what, ": the last dimension (", n,
+               ") does not divide evenly over ", g.size(), " ranks");
+  const int64_t k = n / g.size();
+  return x.narrow(-1, g.rank() * k, k).contiguous();
+}
+
+struct CopyToRegion : autograd::Function {
+  std::shared_ptr<ProcessGroup> g;
+  explicit CopyToRegion(std::shared_ptr<ProcessGroup> group) : g(std::move(group)) {}
+  std::string name() const override { return "copy_to_parallel_region"; }
+  TensorList forward(FunctionContext&, const TensorList& in) override { return {in[0]}; }
+  TensorList backward(FunctionContext&, const TensorList& grad) override {
+    return {all_reduced(grad[0], *g, "copy_to_parallel_region backward")};
+  }
+};
+
+struct ReduceFromRegion : autograd::Function {
+  std::shared_ptr<ProcessGroup> g;
+  explicit ReduceFromRegion(std::shared_ptr<ProcessGroup> group) : g(std::move(group)) {}
+  std::string name() const override { return "reduce_from_parallel_region"; }
+  TensorList forward(FunctionContext&, const TensorList& in) override {
+    return {all_reduced(in[0], *g, "reduce_from_parallel_region")};
+  }
+  TensorList backward(FunctionContext&, const TensorList& grad) override { return {grad[0]}; }
+};
+
+struct GatherFromRegion : autograd::Function {
+  std::shared_ptr<ProcessGroup> g;
+  explicit GatherFromRegion(std::shared_ptr<ProcessGroup> group) : g(std::move(group)) {}
+  std::string name() const override { return "gather_from_parallel_region"; }
+  TensorList forward(FunctionContext&, const TensorList& in) override {
+    return {gathered_last_dim(in[0], *g, "gather_from_parallel_region")};
+  }
+  TensorList backward(FunctionContext&, const TensorList& grad) override {
+    return {my_slice_last_dim(grad[0], *g, "gather_from_parallel_region backward")};
+  }
+};
+
+struct ScatterToRegion : autograd::Function {
+  std::shared_ptr<ProcessGroup> g;
+  explicit ScatterToRegion(std::shared_ptr<ProcessGroup> group) : g(std::move(group)) {}
+  std::string name() const override { return "scatter_to_parallel_region"; }
+  TensorList forward(FunctionContext&, const TensorList& in) override {
+    return {my_slice_last_dim(in[0], *g, "scatter_to_parallel_region")};
+  }
+  TensorList backward(FunctionContext&, const TensorList& grad) override {
+    return {gathered_last_dim(grad[0], *g, "scatter_to_parallel_region backward")};
+  }
+};
+
+int64_t split(int64_t features, const ProcessGroup& g, const char* layer, const char* what) {
+  GRADUS_CHECK(features > 0 && features % g.size() == 0, ShapeError, layer, ": ", what, " (",
+               features, ") must be a positive multiple of the group size (", g.size(), ")");
+  return features / g.size();
+}
+
+// The full weight and bias nn::Linear would draw (the same random stream on every rank).
+std::pair<Tensor, Tensor> full_init(int64_t in, int64_t out, bool bias) {
+  nn::Linear full(in, out, bias);
+  return {full.weight.detach(), bias ? full.bias.detach() : Tensor()};
+}
+
+void copy_into(Tensor dst, const Tensor& src, const char* what) {
+  GRADUS_CHECK(src.sizes() == dst.sizes(), ShapeError, what, ": expected shape ",
+               shape_str(dst.sizes()), ", got ", shape_str(src.sizes()));
+  NoGradGuard no_grad;
+  dst.copy_(src);
+}
+
+const Tensor& entry(const nn::StateDict& d, const std::string& key, const char* layer) {
+  const Tensor* t = d.find(key);
+  GRADUS_CHECK(t != nullptr, ValueError, layer, ": load_full_state_dict: no '", key, "'");
+  return *t;
+}
+
+}  // namespace
+
+Tensor copy_to_parallel_region(const Tensor& x, std::shared_ptr<ProcessGroup> group) {
+  return autograd::apply(std::make_shared<CopyToRegion>(resolve(std::move(group))), {x})[0];
+}
+Tensor reduce_from_parallel_region(const Tensor& x, std::shared_ptr<ProcessGroup> group) {
+  return autograd::apply(std::make_shared<ReduceFromRegion>(resolve(std::move(group))), {x})[0];
+}
+Tensor gather_from_parallel_region(const Tensor& x, std::shared_ptr<ProcessGroup> group) {
+  return autograd::apply(std::make_shared<GatherFromRegion>(resolve(std::move(group))), {x})[0];
+}
+Tensor scatter_to_parallel_region(const Tensor& x, std::shared_ptr<ProcessGroup> group) {
+  return autograd::apply(std::make_shared<ScatterToRegion>(resolve(std::move(group))), {x})[0];
+}
+
+// ------------------------------------------------------------------------ ColumnParallelLinear
+ColumnParallelLinear::ColumnParallelLinear(int64_t in, int64_t out, bool with_bias, bool gather,
+                                           std::shared_ptr<ProcessGroup> group)
+    : in_features(in), out_features(out), gather_output(gather), group_(resolve(std::move(group))) {
+  local_out = split(out, *group_, "ColumnParallelLinear", "out_features");
+  auto [w, b] = full_init(in, out, with_bias);
+  const int64_t r = group_->rank();
+  weight = register_parameter("weight", w.narrow(0, r * local_out, local_out).contiguous());
+  if (with_bias)
+    bias = register_parameter("bias", b.narrow(0, r * local_out, local_out).contiguous());
+}
+
+Tensor ColumnParallelLinear::forward(const Tensor& x) {
+  const Tensor y = linear(copy_to_parallel_region(x, group_), weight, bias);
+  return gather_output ? gather_from_parallel_region(y, group_) : y;
+}
+
+std::string ColumnParallelLinear::extra_repr() const {
+  std::ostringstream s;
+  s << "in_features=" << in_features << ", out_features=" << out_features
+    << " (this rank: " << local_out << "), bias=" << (bias.defined() ? "True" : "False")
+    << ", gather_output=" << (gather_output ? "True" : "False");
+  return s.str();
+}
+
+nn::StateDict ColumnParallelLinear::full_state_dict() const {
+  nn::StateDict d;
+  // Rows are split: gather the transposed slices along their last dim.
+  d.insert(
+      "weight",
+      gathered_last_dim(weight.detach().t(), *group_, "full_state_dict weight").t().contiguous());
+  if (bias.defined()) {
+    d.insert("bias", gathered_last_dim(bias.detach(), *group_, "full_state_dict bias"));
+  }
+  return d;
+}
+
+void ColumnParallelLinear::load_full_state_dict(const nn::StateDict& full) {
+  const int64_t r = group_->rank();
+  const Tensor& w = entry(full, "weight", "ColumnParallelLinear");
+  GRADUS_CHECK(w.dim() == 2 && w.size(0) == out_features && w.size(1) == in_features, ShapeError,
+               "ColumnParallelLinear: load_full_state_dict: weight must be [", out_features, ", ",
+               in_features, "], got ", shape_str(w.sizes()));
+  copy_into(weight, w.narrow(0, r * local_out, local_out), "ColumnParallelLinear weight");
+  if (bias.defined()) {
+    copy_into(bias, entry(full, "bias", "ColumnParallelLinear").narrow(0, r * local_out, local_out),
+              "ColumnParallelLinear bias");
+  }
+}
+
+// --------------------------------------------------------------------------- RowParallelLinear
+RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, bool with_bias, bool parallel_in,
+                                     std::shared_ptr<ProcessGroup> group)
+    : in_features(in),
+      out_features(out),
+      input_is_parallel(parallel_in),
+      group_(resolve(std::move(group))) {
+  local_in = split(in, *group_, "RowParallelLinear", "in_features");
+  auto [w, b] = full_init(in, out, with_bias);
+  weight =
+      register_parameter("weight", w.narrow(1, group_->rank() * local_in, local_in).contiguous());
+  if (with_bias) bias = register_parameter("bias", b.contiguous());
+}
+
+Tensor RowParallelLinear::forward(const Tensor& x) {
+  const Tensor mine = input_is_parallel ? x : scatter_to_parallel_region(x, group_);
+  GRADUS_CHECK(mine.size(-1) == local_in, ShapeError, "RowParallelLinear: expected ", local_in,
+               " input features on this rank, got input ", shape_str(x.sizes()));
+  const Tensor y = reduce_from_parallel_region(linear(mine, weight), group_);
+  return bias.defined() ? add(y, bias) : y;
+}
+
+std::string RowParallelLinear::extra_repr() const {
+  std::ostringstream s;
+  s << "in_features=" << in_features << " (this rank: " << local_in
+    << "), out_features=" << out_features << ", bias=" << (bias.defined() ? "True" : "False")
+    << ", input_is_parallel=" << (input_is_parallel ? "True" : "False");
+  return s.str();
+}
+
+nn::StateDict RowParallelLinear::full_state_dict() const {
+  nn::StateDict d;
+  d.insert("weight", gathered_last_dim(weight.detach(), *group_, "full_state_dict weight"));
+  if (bias.defined()) d.insert("bias", bias.detach().clone());
+  return d;
+}
+
+void RowParallelLinear::load_full_state_dict(const nn::StateDict& full) {
+  const Tensor& w = entry(full, "weight", "RowParallelLinear");
+  GRADUS_CHECK(w.dim() == 2 && w.size(0) == out_features && w.size(1) == in_features, ShapeError,
+               "RowParallelLinear: load_full_state_dict: weight must be [", out_features, ", ",
+               in_features, "], got ", shape_str(w.sizes()));
+  copy_into(weight, w.narrow(1, group_->rank() * local_in, local_in), "RowParallelLinear weight");
+  if (bias.defined())
+    copy_into(bias, entry(full, "bias", "RowParallelLinear"), "RowParallelLinear bias");
+}
+
+}  // namespace gradus::dist
