@@ -45,7 +45,9 @@ struct BFloat16 {
 float half_to_float_portable(uint16_t h);
 uint16_t float_to_half_portable(float f);
 // With F16C (x86 -march=native builds) the compiler's _Float16 conversions are one instruction
-// each and vectorise; they round the same way (a NaN keeps its payload, quieted).
+// each and vectorise; they round the same way (a NaN keeps its payload, quieted). Translation
+// units built without F16C (CUDA sources) get the portable body: both give the same bits for
+// every non-NaN value, so which one an inline call resolves to does not matter.
 inline float half_to_float(uint16_t h) {
 #if defined(__F16C__) && defined(__FLT16_MAX__) && !defined(__CUDACC__)
   _Float16 v;
