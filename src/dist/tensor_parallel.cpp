@@ -228,4 +228,29 @@ void RowParallelLinear::load_full_state_dict(const nn::StateDict& full) {
     copy_into(bias, entry(full, "bias", "RowParallelLinear"), "RowParallelLinear bias");
 }
 
+// --------------------------------------------------------------------------- TensorParallelMLP
+TensorParallelMLP::TensorParallelMLP(int64_t in, int64_t hidden, int64_t out,
+                                     const std::string& act, std::shared_ptr<ProcessGroup> group)
+    : activation(act) {
+  GRADUS_CHECK(act == "relu" || act == "gelu" || act == "tanh", ValueError,
+               "TensorParallelMLP: activation must be relu, gelu or tanh, got '", act, "'");
+  group = resolve(std::move(group));
+  // Registered as children "0" and "2" (the activation is "1" in nn::MLP and has no state).
+  up = register_module("0", std::make_shared<ColumnParallelLinear>(in, hidden, true, false, group));
+  down = register_module("2", std::make_shared<RowParallelLinear>(hidden, out, true, true, group));
+}
+
+Tensor TensorParallelMLP::forward(const Tensor& x) {
+  const Tensor h = (*up)(x);
+  const Tensor a = activation == "relu" ? relu(h) : activation == "gelu" ? gelu(h) : tanh(h);
+  return (*down)(a);
+}
+
+nn::StateDict TensorParallelMLP::full_state_dict() const {
+  nn::StateDict d;
+  for (const auto& [name, t] : up->full_state_dict()) d.insert("0." + name, t);
+  for (const auto& [name, t] : down->full_state_dict()) d.insert("2." + name, t);
+  return d;
+}
+
 }  // namespace gradus::dist

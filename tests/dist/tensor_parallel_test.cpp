@@ -7,6 +7,8 @@
 #include "dist/dist_test_util.h"
 #include "gradus/dist/tensor_parallel.h"
 #include "gradus/nn/layers.h"
+#include "gradus/nn/models.h"
+#include "gradus/optim/optim.h"
 
 namespace gradus::testing {
 namespace {
@@ -113,6 +115,33 @@ TEST(TensorParallel, MlpBlockEqualsTheOneDeviceModel) {
   nn::Linear plain(in, kFeatures);
   plain.to(DType::f64);
   EXPECT_TRUE(all_close(gathered(x0), plain(x0), 1e-12, 1e-12));
+}
+
+TEST(TensorParallel, MlpModuleTrainsLikeNnMlp) {
+  const uint64_t seed = shared_seed();
+  manual_seed(seed);
+  dist::TensorParallelMLP tp(10, kFeatures, 4, "gelu");
+  manual_seed(seed);
+  nn::MLP ref({10, kFeatures, 4}, "gelu");
+  // Three SGD steps on the same batches: the weights stay equal to the one-device model's.
+  optim::SGD opt_tp(tp.parameters(), {.lr = 0.1});
+  optim::SGD opt_ref(ref.parameters(), {.lr = 0.1});
+  for (int step = 0; step < 3; ++step) {
+    const Tensor x = random_tensor({6, 10}, seed + 20 + step, -1, 1, DType::f32);
+    const Tensor y = randint(0, 4, {6}, {.dtype = DType::i64});
+    dist::default_group()->broadcast(y, 0, "labels")->wait();
+    opt_tp.zero_grad();
+    opt_ref.zero_grad();
+    cross_entropy(tp(x), y).backward();
+    cross_entropy(ref(x), y).backward();
+    opt_tp.step();
+    opt_ref.step();
+  }
+  const nn::StateDict full = tp.full_state_dict(), want = ref.state_dict();
+  ASSERT_EQ(full.keys(), want.keys());
+  for (const auto& [name, t] : want) {
+    EXPECT_TRUE(all_close(full.at(name), t, 1e-5, 1e-6)) << name;
+  }
 }
 
 TEST(TensorParallel, FeaturesThatDoNotDivideAreRefused) {

@@ -74,4 +74,23 @@ class RowParallelLinear : public nn::Module {
   std::shared_ptr<ProcessGroup> group_;
 };
 
+// in -> hidden -> activation -> out with the hidden layer split over the group: a column-parallel
+// Linear (not gathered), the activation on this rank's slice, a row-parallel Linear. One
+// all-reduce forward and one backward. Equal to nn::MLP({in, hidden, out}, activation) built from
+// the same seed; state_dict names "0.weight", "0.bias", "2.weight", "2.bias" like it.
+class TensorParallelMLP : public nn::Module {
+ public:
+  TensorParallelMLP(int64_t in_features, int64_t hidden_features, int64_t out_features,
+                    const std::string& activation = "relu",
+                    std::shared_ptr<ProcessGroup> group = nullptr);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "TensorParallelMLP"; }
+  // The one-device MLP's state dict, gathered (a collective).
+  nn::StateDict full_state_dict() const;
+
+  std::shared_ptr<ColumnParallelLinear> up;
+  std::shared_ptr<RowParallelLinear> down;
+  std::string activation;
+};
+
 }  // namespace gradus::dist
