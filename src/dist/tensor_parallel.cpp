@@ -21,14 +21,18 @@ std::shared_ptr<ProcessGroup> resolve(std::shared_ptr<ProcessGroup> g) {
   return g ? std::move(g) : default_group();
 }
 
-Tensor all_reduced(const Tensor& x, ProcessGroup& g, const char* label) {
+Tensor identity(const Tensor& x, ProcessGroup&, const std::string&) {
+  return x;
+}
+
+Tensor all_reduced(const Tensor& x, ProcessGroup& g, const std::string& label) {
   Tensor t = x.contiguous().clone();
   g.all_reduce(t, ReduceOp::sum, label)->wait();
   return t;
 }
 
 // [.., k] on every rank -> [.., size * k], rank r's values at [r*k, (r+1)*k).
-Tensor gathered_last_dim(const Tensor& x, ProcessGroup& g, const char* label) {
+Tensor gathered_last_dim(const Tensor& x, ProcessGroup& g, const std::string& label) {
   const Tensor in = x.contiguous();
   Shape shape = in.sizes();
   shape.insert(shape.begin(), g.size());
@@ -39,57 +43,36 @@ Tensor gathered_last_dim(const Tensor& x, ProcessGroup& g, const char* label) {
   return cat(parts, -1);
 }
 
-Tensor my_slice_last_dim(const Tensor& x, const ProcessGroup& g, const char* what) {
+Tensor my_slice_last_dim(const Tensor& x, ProcessGroup& g, const std::string& label) {
   const int64_t n = x.size(-1);
-  GRADUS_CHECK(n % g.size() == 0, ShapeError, what, ": the last dimension (", n,
+  GRADUS_CHECK(n % g.size() == 0, ShapeError, label, ": the last dimension (", n,
                ") does not divide evenly over ", g.size(), " ranks");
   const int64_t k = n / g.size();
   return x.narrow(-1, g.rank() * k, k).contiguous();
 }
 
-struct CopyToRegion : autograd::Function {
-  std::shared_ptr<ProcessGroup> g;
-  explicit CopyToRegion(std::shared_ptr<ProcessGroup> group) : g(std::move(group)) {}
-  std::string name() const override { return "copy_to_parallel_region"; }
-  TensorList forward(FunctionContext&, const TensorList& in) override { return {in[0]}; }
+// One mapping: a collective (or identity) forward and its transpose backward.
+using Collective = Tensor (*)(const Tensor&, ProcessGroup&, const std::string& label);
+struct Mapping : autograd::Function {
+  std::string op;
+  std::shared_ptr<ProcessGroup> group;
+  Collective fwd, bwd;
+  Mapping(std::string name, std::shared_ptr<ProcessGroup> g, Collective f, Collective b)
+      : op(std::move(name)), group(std::move(g)), fwd(f), bwd(b) {}
+  std::string name() const override { return op; }
+  TensorList forward(FunctionContext&, const TensorList& in) override {
+    return {fwd(in[0], *group, op)};
+  }
   TensorList backward(FunctionContext&, const TensorList& grad) override {
-    return {all_reduced(grad[0], *g, "copy_to_parallel_region backward")};
+    return {bwd(grad[0], *group, op + " backward")};
   }
 };
 
-struct ReduceFromRegion : autograd::Function {
-  std::shared_ptr<ProcessGroup> g;
-  explicit ReduceFromRegion(std::shared_ptr<ProcessGroup> group) : g(std::move(group)) {}
-  std::string name() const override { return "reduce_from_parallel_region"; }
-  TensorList forward(FunctionContext&, const TensorList& in) override {
-    return {all_reduced(in[0], *g, "reduce_from_parallel_region")};
-  }
-  TensorList backward(FunctionContext&, const TensorList& grad) override { return {grad[0]}; }
-};
-
-struct GatherFromRegion : autograd::Function {
-  std::shared_ptr<ProcessGroup> g;
-  explicit GatherFromRegion(std::shared_ptr<ProcessGroup> group) : g(std::move(group)) {}
-  std::string name() const override { return "gather_from_parallel_region"; }
-  TensorList forward(FunctionContext&, const TensorList& in) override {
-    return {gathered_last_dim(in[0], *g, "gather_from_parallel_region")};
-  }
-  TensorList backward(FunctionContext&, const TensorList& grad) override {
-    return {my_slice_last_dim(grad[0], *g, "gather_from_parallel_region backward")};
-  }
-};
-
-struct ScatterToRegion : autograd::Function {
-  std::shared_ptr<ProcessGroup> g;
-  explicit ScatterToRegion(std::shared_ptr<ProcessGroup> group) : g(std::move(group)) {}
-  std::string name() const override { return "scatter_to_parallel_region"; }
-  TensorList forward(FunctionContext&, const TensorList& in) override {
-    return {my_slice_last_dim(in[0], *g, "scatter_to_parallel_region")};
-  }
-  TensorList backward(FunctionContext&, const TensorList& grad) override {
-    return {gathered_last_dim(grad[0], *g, "scatter_to_parallel_region backward")};
-  }
-};
+Tensor map(const char* op, Collective fwd, Collective bwd, const Tensor& x,
+           std::shared_ptr<ProcessGroup> group) {
+  auto fn = std::make_shared<Mapping>(op, resolve(std::move(group)), fwd, bwd);
+  return autograd::apply(fn, {x})[0];
+}
 
 int64_t split(int64_t features, const ProcessGroup& g, const char* layer, const char* what) {
   GRADUS_CHECK(features > 0 && features % g.size() == 0, ShapeError, layer, ": ", what, " (",
@@ -119,16 +102,18 @@ const Tensor& entry(const nn::StateDict& d, const std::string& key, const char* 
 }  // namespace
 
 Tensor copy_to_parallel_region(const Tensor& x, std::shared_ptr<ProcessGroup> group) {
-  return autograd::apply(std::make_shared<CopyToRegion>(resolve(std::move(group))), {x})[0];
+  return map("copy_to_parallel_region", identity, all_reduced, x, std::move(group));
 }
 Tensor reduce_from_parallel_region(const Tensor& x, std::shared_ptr<ProcessGroup> group) {
-  return autograd::apply(std::make_shared<ReduceFromRegion>(resolve(std::move(group))), {x})[0];
+  return map("reduce_from_parallel_region", all_reduced, identity, x, std::move(group));
 }
 Tensor gather_from_parallel_region(const Tensor& x, std::shared_ptr<ProcessGroup> group) {
-  return autograd::apply(std::make_shared<GatherFromRegion>(resolve(std::move(group))), {x})[0];
+  return map("gather_from_parallel_region", gathered_last_dim, my_slice_last_dim, x,
+             std::move(group));
 }
 Tensor scatter_to_parallel_region(const Tensor& x, std::shared_ptr<ProcessGroup> group) {
-  return autograd::apply(std::make_shared<ScatterToRegion>(resolve(std::move(group))), {x})[0];
+  return map("scatter_to_parallel_region", my_slice_last_dim, gathered_last_dim, x,
+             std::move(group));
 }
 
 // ------------------------------------------------------------------------ ColumnParallelLinear
