@@ -11,7 +11,7 @@ if [[ "${GRADUS_TEST_SANITIZERS:-1}" != 0 ]]; then
   asan_dir=${GRADUS_ASAN_BUILD_DIR:-build-asan}
   echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer ($asan_dir)"
   cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADUS_SANITIZE=ON \
-    -DGRADUS_USE_CUDA=OFF >/dev/null
+    -DGRADUS_USE_CUDA=OFF -DGRADUS_BUILD_EXAMPLES=OFF >/dev/null
   cmake --build "$asan_dir" -j"$(nproc)"
   # UBSan aborts on the first report (the code is also built with -fno-sanitize-recover); ASan's
   # leak checker is on by default.

@@ -238,4 +238,90 @@ nn::StateDict TensorParallelMLP::full_state_dict() const {
   return d;
 }
 
+// ----------------------------------------------------------------------- VocabParallelEmbedding
+VocabParallelEmbedding::VocabParallelEmbedding(int64_t num, int64_t dim,
+                                               std::shared_ptr<ProcessGroup> group)
+    : num_embeddings(num), embedding_dim(dim), group_(resolve(std::move(group))) {
+  local_rows = split(num, *group_, "VocabParallelEmbedding", "num_embeddings");
+  first_row = group_->rank() * local_rows;
+  nn::Embedding full(num, dim);  // the one-device draw; this rank keeps its rows
+  weight = register_parameter("weight",
+                              full.weight.detach().narrow(0, first_row, local_rows).contiguous());
+}
+
+Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
+  const Tensor mine = logical_and(ge(ids, static_cast<double>(first_row)),
+                                  lt(ids, static_cast<double>(first_row + local_rows)));
+  const Tensor mine_i = mine.to(ids.dtype());
+  // Ids of other ranks look up row 0 and are zeroed after.
+  const Tensor local = mul(sub(ids, full_like(ids, static_cast<double>(first_row))), mine_i);
+  const Tensor partial = mul(embedding(weight, local), mine.to(weight.dtype()).unsqueeze(-1));
+  return reduce_from_parallel_region(partial, group_);
+}
+
+nn::StateDict VocabParallelEmbedding::full_state_dict() const {
+  nn::StateDict d;
+  d.insert(
+      "weight",
+      gathered_last_dim(weight.detach().t(), *group_, "full_state_dict weight").t().contiguous());
+  return d;
+}
+
+// -------------------------------------------------------------- vocab_parallel_cross_entropy
+namespace {
+
+struct VocabParallelCrossEntropy : autograd::Function {
+  std::shared_ptr<ProcessGroup> group;
+  explicit VocabParallelCrossEntropy(std::shared_ptr<ProcessGroup> g) : group(std::move(g)) {}
+  std::string name() const override { return "vocab_parallel_cross_entropy"; }
+
+  TensorList forward(FunctionContext& ctx, const TensorList& in) override {
+    const Tensor& logits = in[0];
+    const Tensor& target = in[1];
+    GRADUS_CHECK(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0),
+                 ShapeError,
+                 "vocab_parallel_cross_entropy: expected logits [N, C/size] and target "
+                 "[N], got ",
+                 shape_str(logits.sizes()), " and ", shape_str(target.sizes()));
+    const int64_t k = logits.size(1), first = group->rank() * k;
+    // max over all classes (for a stable exp), then the global sum of exponentials.
+    Tensor m = amax(logits, {1}).contiguous();
+    group->all_reduce(m, ReduceOp::max, "vocab_parallel_cross_entropy max")->wait();
+    const Tensor e = exp(sub(logits, m.unsqueeze(1)));
+    Tensor s = sum(e, {1}).contiguous();
+    group->all_reduce(s, ReduceOp::sum, "vocab_parallel_cross_entropy sum")->wait();
+    // The target's (shifted) logit, from the rank that holds it.
+    const Tensor mine = logical_and(ge(target, static_cast<double>(first)),
+                                    lt(target, static_cast<double>(first + k)));
+    const Tensor local =
+        mul(sub(target, full_like(target, static_cast<double>(first))), mine.to(target.dtype()));
+    const Tensor shifted = sub(logits, m.unsqueeze(1));
+    Tensor picked = mul(gather(shifted, 1, local.unsqueeze(1)).squeeze(1), mine.to(logits.dtype()))
+                        .contiguous();
+    group->all_reduce(picked, ReduceOp::sum, "vocab_parallel_cross_entropy target")->wait();
+    const Tensor loss = mean(sub(log(s), picked));
+    ctx.save_for_backward({div(e, s.unsqueeze(1)), local, mine});
+    return {loss};
+  }
+
+  // d loss / d logits = (softmax - one_hot(target)) / N, on this rank's classes.
+  TensorList backward(FunctionContext& ctx, const TensorList& grad) override {
+    const TensorList saved = ctx.saved_tensors();
+    const Tensor& softmax = saved[0];
+    const int64_t n = softmax.size(0), k = softmax.size(1);
+    const Tensor hit =
+        mul(one_hot(saved[1], k).to(softmax.dtype()), saved[2].to(softmax.dtype()).unsqueeze(1));
+    return {mul(sub(softmax, hit), div(grad[0], static_cast<double>(std::max<int64_t>(n, 1)))),
+            Tensor()};
+  }
+};
+
+}  // namespace
+
+Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& target,
+                                    std::shared_ptr<ProcessGroup> group) {
+  auto fn = std::make_shared<VocabParallelCrossEntropy>(resolve(std::move(group)));
+  return autograd::apply(fn, {logits_shard, target})[0];
+}
+
 }  // namespace gradus::dist

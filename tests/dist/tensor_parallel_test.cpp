@@ -144,6 +144,43 @@ TEST(TensorParallel, MlpModuleTrainsLikeNnMlp) {
   }
 }
 
+TEST(TensorParallel, VocabParallelEmbeddingAndCrossEntropyEqualTheFullOnes) {
+  auto g = dist::default_group();
+  const int r = g->rank();
+  const uint64_t seed = shared_seed();
+  const int64_t vocab = kFeatures, dim = 5, k = kFeatures / g->size();
+  manual_seed(seed);
+  dist::VocabParallelEmbedding emb(vocab, dim);
+  manual_seed(seed);
+  nn::Embedding ref(vocab, dim);
+  emb.to(DType::f64);
+  ref.to(DType::f64);
+  EXPECT_TRUE(all_close(emb.full_state_dict().at("weight"), ref.weight, 0, 0));
+  std::vector<int64_t> id_values;
+  for (int64_t i = 0; i < 2 * vocab; ++i)
+    id_values.push_back((i * 7 + static_cast<int64_t>(seed % 5)) % vocab);
+  const Tensor ids = from_vector(id_values, {4, 2 * vocab / 4}, {.dtype = DType::i64});
+  const Tensor w = random_tensor({4, 2 * vocab / 4, dim}, seed + 1);
+  const Tensor y = emb(ids), yr = ref(ids);
+  EXPECT_TRUE(all_close(y, yr, 0, 0));
+  sum(mul(y, w)).backward();
+  sum(mul(yr, w)).backward();
+  EXPECT_TRUE(all_close(emb.weight.grad(), ref.weight.grad().narrow(0, r * k, k), 1e-12, 1e-12));
+
+  // Cross-entropy on this rank's classes equals cross_entropy on all of them, with gradients.
+  const Tensor logits0 = random_tensor({7, vocab}, seed + 2, -3, 3);
+  const Tensor target =
+      from_vector(std::vector<int64_t>{0, 11, 5, 3, 7, 11, 1}, {7}, {.dtype = DType::i64});
+  Tensor full = logits0.clone().set_requires_grad();
+  Tensor shard = logits0.narrow(1, r * k, k).contiguous().set_requires_grad();
+  const Tensor loss = dist::vocab_parallel_cross_entropy(shard, target);
+  const Tensor loss_ref = cross_entropy(full, target);
+  EXPECT_NEAR(loss.item(), loss_ref.item(), 1e-12);
+  mul(loss, 3.0).backward();
+  mul(loss_ref, 3.0).backward();
+  EXPECT_TRUE(all_close(shard.grad(), full.grad().narrow(1, r * k, k), 1e-12, 1e-12));
+}
+
 TEST(TensorParallel, FeaturesThatDoNotDivideAreRefused) {
   const int n = dist::default_group()->size();
   if (n == 1) GTEST_SKIP() << "every size divides over one rank";

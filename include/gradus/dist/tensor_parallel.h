@@ -74,6 +74,32 @@ class RowParallelLinear : public nn::Module {
   std::shared_ptr<ProcessGroup> group_;
 };
 
+// Embedding with the vocabulary split: this rank holds rows [rank * V/size, (rank+1) * V/size).
+// An id outside this rank's rows contributes zeros; the partial lookups are all-reduced, so every
+// rank gets the full [.., dim] embeddings. Equal to nn::Embedding built from the same seed.
+class VocabParallelEmbedding : public nn::Module {
+ public:
+  VocabParallelEmbedding(int64_t num_embeddings, int64_t embedding_dim,
+                         std::shared_ptr<ProcessGroup> group = nullptr);
+  Tensor forward(const Tensor& ids) override;
+  std::string type_name() const override { return "VocabParallelEmbedding"; }
+  nn::StateDict full_state_dict() const;  // {"weight": [V, dim]} (a collective)
+
+  int64_t num_embeddings, embedding_dim, local_rows, first_row;
+  Tensor weight;  // this rank's rows
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+};
+
+// Mean cross-entropy over logits whose class dimension is split over the group the way
+// VocabParallelEmbedding splits rows (e.g. a ColumnParallelLinear's un-gathered output): rank r
+// holds classes [r * C/size, (r+1) * C/size) of logits [N, C/size]; target [N] holds global
+// class ids. The [N, C] logits are never gathered: three all-reduces of N values each (max, sum
+// of exponentials, target logit). Equal to cross_entropy on the gathered logits.
+Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& target,
+                                    std::shared_ptr<ProcessGroup> group = nullptr);
+
 // in -> hidden -> activation -> out with the hidden layer split over the group: a column-parallel
 // Linear (not gathered), the activation on this rank's slice, a row-parallel Linear. One
 // all-reduce forward and one backward. Equal to nn::MLP({in, hidden, out}, activation) built from
