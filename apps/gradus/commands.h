@@ -95,7 +95,8 @@ struct BenchOptions {
 int run_bench(const BenchOptions& o);
 int run_bench_dist(const BenchOptions& o);
 
-int run_info();
+// json: one JSON object (build, CPU, GPUs with theoretical peaks, MPI/NCCL versions).
+int run_info(bool json = false);
 
 // Shared by the commands: applies --threads (0 keeps the default) and resolves --device,
 // checking that a requested CUDA device exists.

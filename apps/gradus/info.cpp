@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "commands.h"
@@ -12,6 +13,7 @@
 #include "gradus/core/host_memory.h"
 #include "gradus/core/threads.h"
 #include "gradus/dist/process_group.h"
+#include "hardware.h"
 
 namespace gradus::cli {
 
@@ -68,7 +70,19 @@ Device resolve_device(const std::string& name) {
   return d;
 }
 
-int run_info() {
+int run_info(bool json) {
+  if (json) {
+    nlohmann::ordered_json out = {{"version", GRADUS_VERSION},
+                                  {"build_type", GRADUS_BUILD_TYPE},
+                                  {"compiler", GRADUS_CXX_COMPILER},
+                                  {"cuda_backend", static_cast<bool>(GRADUS_BUILD_CUDA)},
+                                  {"threads", get_num_threads()}};
+    out.update(hardware_report());
+    out["mpi"] = dist::mpi_version();
+    out["nccl"] = dist::nccl_version();
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
   std::printf("gradus %s\n", GRADUS_VERSION);
   std::printf("build: %s, %s, CUDA backend %s\n", GRADUS_BUILD_TYPE, GRADUS_CXX_COMPILER,
               GRADUS_BUILD_CUDA ? "on" : "off");
@@ -91,6 +105,26 @@ int run_info() {
         "OPENBLAS_CORETYPE=%s before starting gradus for much faster matrix products\n",
         core_name.c_str(), __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2",
         __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell");
+  }
+  const nlohmann::ordered_json hw = hardware_report();
+  std::printf("cpu: %s, %d processors, %s\n", hw["cpu"]["model"].get<std::string>().c_str(),
+              hw["cpu"]["processors"].get<int>(), hw["cpu"]["simd"].get<std::string>().c_str());
+  for (const auto& g : hw["gpus"]) {
+    std::printf(
+        "cuda:%d: %s, compute capability %s, %d SMs, %.1f GiB, L2 %.0f MiB, %.0f GB/s "
+        "peak memory bandwidth (%d-bit bus)\n",
+        g["index"].get<int>(), g["name"].get<std::string>().c_str(),
+        g["compute_capability"].get<std::string>().c_str(), g["multiprocessors"].get<int>(),
+        g["memory_bytes"].get<double>() / (1u << 30),
+        g["l2_cache_bytes"].get<double>() / (1u << 20), g["memory_bandwidth_gbps"].get<double>(),
+        g["memory_bus_width_bits"].get<int>());
+    std::string peaks;
+    for (const auto& [dtype, flops] : g["peak_flops"].items()) {
+      peaks += (peaks.empty() ? "" : ", ") + dtype + " " +
+               std::to_string(static_cast<int>(flops.get<double>() / 1e12 + 0.5)) + " TFLOP/s";
+    }
+    std::printf("  dense peak: %s\n",
+                peaks.empty() ? "(architecture not in the table)" : peaks.c_str());
   }
   const int cuda = cuda_device_count();
   std::printf("devices: cpu");

@@ -315,7 +315,9 @@ int main(int argc, char** argv) {
   add_bench(app, bench);
   gradus::cli::InspectOptions inspect;
   add_inspect(app, inspect);
-  app.add_subcommand("info", "Version, build options, threads, BLAS and devices");
+  bool info_json = false;
+  app.add_subcommand("info", "Version, build options, CPU, BLAS, GPUs (peak FLOP/s, bandwidth)")
+      ->add_flag("--json", info_json, "Print one JSON object");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -326,7 +328,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("train")) return gradus::cli::run_train(train);
     if (app.got_subcommand("bench")) return gradus::cli::run_bench(bench);
     if (app.got_subcommand("inspect")) return gradus::cli::run_inspect(inspect);
-    return gradus::cli::run_info();
+    return gradus::cli::run_info(info_json);
   } catch (const std::exception& e) {  // gradus::Error and anything else: never an abort
     if (gradus::dist::is_initialized() && gradus::dist::world_size() > 1) {
       // The other ranks would wait for this one until their timeout: end the whole job now.

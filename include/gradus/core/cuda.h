@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gradus/core/device.h"
 #include "gradus/core/error.h"
@@ -40,6 +42,12 @@ struct DeviceProperties {
   int driver_version = 0;  // e.g. 13000
   int runtime_version = 0;
 };
+
+// Theoretical dense peak FLOP/s per dtype ("fp64", "fp32", "tf32", "bf16", "fp16"; tensor cores
+// where the architecture has them, float32 accumulation) from the SM count, the boost clock and
+// the per-SM rates of the compute capability (src/core/gpu_peaks.cpp). Empty for an architecture
+// the table does not know. Works without CUDA (properties can be filled by hand).
+std::vector<std::pair<std::string, double>> peak_flops(const DeviceProperties& p);
 
 // Bytes, per device. `allocated` counts live tensors; `reserved` is what the pool holds from the
 // driver (freed blocks are kept for reuse); peaks are since the start or the last reset.
