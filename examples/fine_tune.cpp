@@ -45,11 +45,7 @@ double accuracy(nn::Module& model, const data::TensorDataset& test) {
 
 // Trains `steps` Adam steps on the parameters that require grad; returns the median step in ms.
 double train(nn::Module& model, const std::shared_ptr<data::TensorDataset>& set, int steps) {
-  std::vector<Tensor> trainable;
-  for (const Tensor& p : model.parameters()) {
-    if (p.requires_grad()) trainable.push_back(p);
-  }
-  optim::Adam optimizer(trainable, {.lr = 1e-3});
+  optim::Adam optimizer(model.trainable_parameters(), {.lr = 1e-3});
   data::DataLoader loader(set, {.batch_size = 128, .shuffle = true, .seed = 1});
   std::vector<double> ms;
   while (static_cast<int>(ms.size()) < steps) {

@@ -59,13 +59,12 @@ int64_t auto_batch_size(const AutoBatchArgs& a) {
     const Tensor x = randn(shape, {DType::f32, a.device});
     const Tensor y = randint(0, a.classes, {b}, {DType::i64, a.device});
     optimizer->zero_grad();
+    Tensor loss;
     {
-      std::optional<amp::Autocast> autocast;
-      if (a.amp) autocast.emplace(*a.amp);
-      Tensor loss = cross_entropy((*model)(x), y);
-      autocast.reset();
-      loss.backward();
+      amp::Autocast autocast(a.amp.value_or(DType::bf16), a.amp.has_value());
+      loss = cross_entropy((*model)(x), y);
     }
+    loss.backward();
     optimizer->step();
     (void)cross_entropy((*model)(x), y).item();  // waits for the device
   };

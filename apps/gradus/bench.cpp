@@ -97,8 +97,7 @@ StepTiming time_training_step(const std::string& model_name, int64_t batch_size,
     optimizer.zero_grad();
     Tensor loss;
     {
-      std::optional<amp::Autocast> autocast;
-      if (amp) autocast.emplace(*amp);
+      amp::Autocast autocast(amp.value_or(DType::bf16), amp.has_value());
       loss = cross_entropy(model(x), y);
     }
     scaler.scale(loss).backward();
@@ -155,8 +154,7 @@ int run_bench(const BenchOptions& o) {
   if (o.gemm > 0) return bench_gemm(o, device);
 
   const std::string name = bench_model_name(o.model);
-  const std::optional<DType> amp =
-      o.amp == "off" ? std::nullopt : std::optional<DType>(dtype_from_name(o.amp));
+  const std::optional<DType> amp = amp_option(o.amp);
   const StepTiming timing =
       time_training_step(name, o.batch_size, device, o.warmup, o.steps, o.repeats, amp);
   const nn::Module& model = *timing.model;

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "gradus/core/dtype.h"
 #include "gradus/data/mnist.h"
 
 namespace gradus::cli {
@@ -104,5 +106,7 @@ void apply_threads(int threads);
 // "1GiB", "512MiB", "1.5G", "2e9" -> bytes (> 0, finite); ValueError naming the text otherwise.
 size_t parse_byte_size(const std::string& text);
 Device resolve_device(const std::string& name);
+// --amp: nullopt for "off", else the autocast dtype ("bf16", "f16"; CLI11 checked the value).
+std::optional<DType> amp_option(const std::string& value);
 
 }  // namespace gradus::cli

@@ -44,8 +44,7 @@ class Evaluator {
   // amp: evaluate under the same autocast as training.
   EvalResult operator()(nn::Module& model, std::optional<DType> amp) {
     NoGradGuard no_grad;
-    std::optional<amp::Autocast> autocast;
-    if (amp) autocast.emplace(*amp);
+    amp::Autocast autocast(amp.value_or(DType::bf16), amp.has_value());
     model.eval();
     double loss_sum = 0, correct = 0, count = 0;
     CrossEntropyOptions summed;

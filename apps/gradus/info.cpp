@@ -55,6 +55,11 @@ size_t parse_byte_size(const std::string& text) {
   return static_cast<size_t>(v * mult);
 }
 
+std::optional<DType> amp_option(const std::string& value) {
+  if (value == "off") return std::nullopt;
+  return dtype_from_name(value);
+}
+
 Device resolve_device(const std::string& name) {
   const Device d = Device::parse(name);
   if (d.is_cuda()) {

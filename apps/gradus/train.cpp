@@ -146,9 +146,7 @@ int run_train(const TrainOptions& options) {
                "train: --amp f16 with --dist ", o.dist,
                " is not supported (loss scaling needs all-reduced gradients: use --dist ddp, or "
                "--amp bf16, which needs no loss scaling)");
-  const std::optional<DType> amp_dtype = o.amp == "bf16"  ? std::optional<DType>(DType::bf16)
-                                         : o.amp == "f16" ? std::optional<DType>(DType::f16)
-                                                          : std::nullopt;
+  const std::optional<DType> amp_dtype = amp_option(o.amp);
   // Dynamic loss scaling for f16 (PyTorch's defaults); bf16 has float32's range and needs none.
   amp::GradScaler scaler({.enabled = o.amp == "f16"});
   GRADUS_CHECK(o.dropout == 0 || o.model == "mlp", ValueError,
@@ -311,8 +309,7 @@ int run_train(const TrainOptions& options) {
       sync_buffers();
       Tensor loss;
       {
-        std::optional<amp::Autocast> autocast;
-        if (amp_dtype) autocast.emplace(*amp_dtype);
+        amp::Autocast autocast(amp_dtype.value_or(DType::bf16), amp_dtype.has_value());
         loss = cross_entropy((*net)(batch.input), batch.target);
       }
       scaler.scale(loss).backward();  // scale() is the loss itself unless --amp f16

@@ -50,19 +50,18 @@ Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
           // The forward's autocast state, without the parameter-cast cache: casts made now must
           // belong to this nested graph.
           amp::Autocast same_autocast(autocast.dtype, autocast.enabled, false);
-          // Replay forward's random draws, then give the stream back its current position.
-          const PhiloxState now = default_generator().state();
+          // Replay forward's random draws, then (however fn ends) give the stream back its
+          // current position and leave the recomputation.
+          struct Recomputing {
+            PhiloxState now = default_generator().state();
+            Recomputing() { ++t_recompute_depth; }
+            ~Recomputing() {
+              --t_recompute_depth;
+              default_generator().set_state(now);
+            }
+          } recomputing;
           default_generator().set_state(rng);
-          ++t_recompute_depth;
-          try {
-            again = fn(leaves);
-          } catch (...) {
-            --t_recompute_depth;
-            default_generator().set_state(now);
-            throw;
-          }
-          --t_recompute_depth;
-          default_generator().set_state(now);
+          again = fn(leaves);
         }
         GRADUS_CHECK(again.defined() && again.requires_grad(), AutogradError,
                      "checkpoint: the recomputed output does not require grad: the function's "

@@ -52,9 +52,8 @@ TensorList apply(const std::shared_ptr<Function>& fn, const TensorList& inputs) 
   auto ctx = std::make_shared<FunctionContext>();
   const bool recording = any_requires_grad(inputs);
   ctx->needs_.resize(inputs.size());
-  // What each input's gradient must look like (undefined inputs get none).
+  // What each input's gradient must look like (undefined inputs need none).
   struct InputKind {
-    bool defined;
     Shape shape;
     DType dtype;
     Device device;
@@ -63,8 +62,8 @@ TensorList apply(const std::shared_ptr<Function>& fn, const TensorList& inputs) 
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     ctx->needs_[i] = recording && t.defined() && t.requires_grad();
-    kinds.push_back(t.defined() ? InputKind{true, t.sizes(), t.dtype(), t.device()}
-                                : InputKind{false, {}, DType::f32, Device::cpu()});
+    kinds.push_back(t.defined() ? InputKind{t.sizes(), t.dtype(), t.device()}
+                                : InputKind{{}, DType::f32, Device::cpu()});
   }
   TensorList outputs;
   {

@@ -26,9 +26,7 @@ ParameterServer::ParameterServer(std::shared_ptr<nn::Module> model, optim::Optim
   GRADUS_CHECK(options.server >= 0 && options.server < group_->size(), ValueError,
                "ParameterServer: server rank ", options.server, " is outside the world of ",
                group_->size());
-  for (const Tensor& p : model_->parameters()) {
-    if (p.requires_grad()) params_.push_back(p);
-  }
+  params_ = model_->trainable_parameters();
   std::vector<size_t> order(params_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   for (detail::FlatLayout& plan : detail::plan_flat_layouts(params_, order, 0, 0, 1)) {

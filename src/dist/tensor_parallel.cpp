@@ -43,6 +43,11 @@ Tensor gathered_last_dim(const Tensor& x, ProcessGroup& g, const std::string& la
   return cat(parts, -1);
 }
 
+// [k, ..] on every rank -> [size * k, ..] (a 2-D weight split by rows).
+Tensor gathered_rows(const Tensor& x, ProcessGroup& g, const std::string& label) {
+  return gathered_last_dim(x.t(), g, label).t().contiguous();
+}
+
 Tensor my_slice_last_dim(const Tensor& x, ProcessGroup& g, const std::string& label) {
   const int64_t n = x.size(-1);
   GRADUS_CHECK(n % g.size() == 0, ShapeError, label, ": the last dimension (", n,
@@ -99,6 +104,15 @@ const Tensor& entry(const nn::StateDict& d, const std::string& key, const char* 
   return *t;
 }
 
+// The full weight of a full state dict, checked to be [out, in].
+const Tensor& full_weight(const nn::StateDict& d, int64_t out, int64_t in, const char* layer) {
+  const Tensor& w = entry(d, "weight", layer);
+  GRADUS_CHECK(w.dim() == 2 && w.size(0) == out && w.size(1) == in, ShapeError, layer,
+               ": load_full_state_dict: weight must be [", out, ", ", in, "], got ",
+               shape_str(w.sizes()));
+  return w;
+}
+
 }  // namespace
 
 Tensor copy_to_parallel_region(const Tensor& x, std::shared_ptr<ProcessGroup> group) {
@@ -144,9 +158,7 @@ std::string ColumnParallelLinear::extra_repr() const {
 nn::StateDict ColumnParallelLinear::full_state_dict() const {
   nn::StateDict d;
   // Rows are split: gather the transposed slices along their last dim.
-  d.insert(
-      "weight",
-      gathered_last_dim(weight.detach().t(), *group_, "full_state_dict weight").t().contiguous());
+  d.insert("weight", gathered_rows(weight.detach(), *group_, "full_state_dict weight"));
   if (bias.defined()) {
     d.insert("bias", gathered_last_dim(bias.detach(), *group_, "full_state_dict bias"));
   }
@@ -155,10 +167,7 @@ nn::StateDict ColumnParallelLinear::full_state_dict() const {
 
 void ColumnParallelLinear::load_full_state_dict(const nn::StateDict& full) {
   const int64_t r = group_->rank();
-  const Tensor& w = entry(full, "weight", "ColumnParallelLinear");
-  GRADUS_CHECK(w.dim() == 2 && w.size(0) == out_features && w.size(1) == in_features, ShapeError,
-               "ColumnParallelLinear: load_full_state_dict: weight must be [", out_features, ", ",
-               in_features, "], got ", shape_str(w.sizes()));
+  const Tensor& w = full_weight(full, out_features, in_features, "ColumnParallelLinear");
   copy_into(weight, w.narrow(0, r * local_out, local_out), "ColumnParallelLinear weight");
   if (bias.defined()) {
     copy_into(bias, entry(full, "bias", "ColumnParallelLinear").narrow(0, r * local_out, local_out),
@@ -204,10 +213,7 @@ nn::StateDict RowParallelLinear::full_state_dict() const {
 }
 
 void RowParallelLinear::load_full_state_dict(const nn::StateDict& full) {
-  const Tensor& w = entry(full, "weight", "RowParallelLinear");
-  GRADUS_CHECK(w.dim() == 2 && w.size(0) == out_features && w.size(1) == in_features, ShapeError,
-               "RowParallelLinear: load_full_state_dict: weight must be [", out_features, ", ",
-               in_features, "], got ", shape_str(w.sizes()));
+  const Tensor& w = full_weight(full, out_features, in_features, "RowParallelLinear");
   copy_into(weight, w.narrow(1, group_->rank() * local_in, local_in), "RowParallelLinear weight");
   if (bias.defined())
     copy_into(bias, entry(full, "bias", "RowParallelLinear"), "RowParallelLinear bias");
@@ -261,9 +267,7 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
 
 nn::StateDict VocabParallelEmbedding::full_state_dict() const {
   nn::StateDict d;
-  d.insert(
-      "weight",
-      gathered_last_dim(weight.detach().t(), *group_, "full_state_dict weight").t().contiguous());
+  d.insert("weight", gathered_rows(weight.detach(), *group_, "full_state_dict weight"));
   return d;
 }
 

@@ -47,9 +47,7 @@ Tensor Sequential::forward(const Tensor& x) {
     std::vector<Tensor> params;
     for (size_t i = begin; i < end; ++i) {
       segment.push_back(children[i].second);
-      for (const Tensor& p : children[i].second->parameters()) {
-        if (p.requires_grad()) params.push_back(p);
-      }
+      for (const Tensor& p : children[i].second->trainable_parameters()) params.push_back(p);
     }
     h = checkpoint(
         [segment](const std::vector<Tensor>& in) {

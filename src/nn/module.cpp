@@ -363,10 +363,17 @@ int64_t Module::unfreeze(const std::string& prefix) {
   return matched;
 }
 
+std::vector<Tensor> Module::trainable_parameters() const {
+  std::vector<Tensor> out;
+  for (const Tensor& p : parameters()) {
+    if (p.requires_grad()) out.push_back(p);
+  }
+  return out;
+}
+
 int64_t Module::num_parameters(bool trainable_only) const {
   int64_t n = 0;
-  for (const Tensor& p : parameters())
-    if (!trainable_only || p.requires_grad()) n += p.numel();
+  for (const Tensor& p : trainable_only ? trainable_parameters() : parameters()) n += p.numel();
   return n;
 }
 

@@ -109,17 +109,13 @@ struct HookOutput : autograd::Function {
 Tensor Module::run_forward(const std::vector<Tensor>& inputs, bool single) {
   if (!checkpoint_ || !is_grad_enabled())
     return single ? forward(inputs[0]) : forward_multi(inputs);
-  std::vector<Tensor> trainable;
-  for (const Tensor& p : parameters()) {
-    if (p.requires_grad()) trainable.push_back(p);
-  }
   // The recomputation runs in backward: hold the module if a shared_ptr owns it.
   std::shared_ptr<Module> keep = weak_from_this().lock();
   return checkpoint(
       [this, keep, single](const std::vector<Tensor>& in) {
         return single ? forward(in[0]) : forward_multi(in);
       },
-      inputs, trainable);
+      inputs, trainable_parameters());
 }
 
 Tensor Module::call(std::vector<Tensor> inputs, bool single) {

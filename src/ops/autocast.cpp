@@ -146,18 +146,6 @@ CastPolicy autocast_policy(std::string_view op) {
   return CastPolicy::none;
 }
 
-const char* cast_policy_name(CastPolicy policy) {
-  switch (policy) {
-    case CastPolicy::lower:
-      return "lower";
-    case CastPolicy::float32:
-      return "float32";
-    case CastPolicy::none:
-      break;
-  }
-  return "none";
-}
-
 size_t autocast_cache_size() {
   return ops::t_cache.size();
 }

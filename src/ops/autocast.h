@@ -1,7 +1,6 @@
 // Autocast's hook into the op layer (the public scope is gradus/amp/autocast.h). An op listed in
 // the policy table starts with
-//   if (AutocastInputs cast{"linear", {&x, &weight, &bias}}) return linear(cast[0], cast[1],
-//   cast[2]);
+//   if (AutocastInputs cast{"mm", {&a, &b}}) return mm(cast[0], cast[1]);
 // which costs one thread-local load when autocast is off, and otherwise re-enters the op with its
 // inputs cast as the table says (the second entry finds nothing left to cast).
 #pragma once
@@ -34,15 +33,8 @@ class AutocastInputs {
   AutocastInputs(std::string_view op, std::initializer_list<const Tensor*> inputs) {
     if (detail::t_autocast.enabled) apply(op, inputs.begin(), inputs.size());
   }
-  AutocastInputs(std::string_view op, const std::vector<Tensor>& inputs) {
-    if (!detail::t_autocast.enabled) return;
-    std::vector<const Tensor*> ptrs;
-    for (const Tensor& t : inputs) ptrs.push_back(&t);
-    apply(op, ptrs.data(), ptrs.size());
-  }
   explicit operator bool() const { return changed_; }
   const Tensor& operator[](size_t i) const { return out_[i]; }
-  const std::vector<Tensor>& all() const { return out_; }
 
  private:
   void apply(std::string_view op, const Tensor* const* inputs, size_t n);

@@ -52,7 +52,6 @@ bool is_autocast_enabled();
 DType autocast_dtype();
 // The policy the table gives an op (by the name its errors use, e.g. "linear"); none if absent.
 CastPolicy autocast_policy(std::string_view op);
-const char* cast_policy_name(CastPolicy policy);
 // Number of parameter casts held by this thread's cache (0 outside any scope). For tests/tools.
 size_t autocast_cache_size();
 

@@ -136,6 +136,8 @@ class Module : public std::enable_shared_from_this<Module> {
   // ---- traversal (PyTorch order: own entries first, then children depth-first) ----
   // parameters()/named_parameters()/buffers() list a tensor shared by several modules once.
   std::vector<Tensor> parameters(bool recurse = true) const;
+  // The parameters that require grad (what is trained: frozen ones are left out).
+  std::vector<Tensor> trainable_parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
   std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
