@@ -240,4 +240,31 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);
 
+// ------------------------------------------------------------ attention (src/ops/attention.cpp)
+struct AttentionOptions {
+  bool causal = false;          // query i attends to keys j <= i (top-left aligned, as PyTorch)
+  double dropout_p = 0.0;       // on the attention probabilities; pass 0 when not training
+  std::optional<double> scale;  // default 1 / sqrt(head size)
+  Generator* generator = nullptr;
+};
+// softmax(q k^T * scale [+ causal mask]) v, fused: the [Tq, Tk] scores are never materialised
+// (each thread holds one 64 x 64 tile), and backward recomputes them. q [..., Tq, D],
+// k [..., Tk, D], v [..., Tk, Dv] with equal leading dims -> [..., Tq, Dv]. The dropout mask is
+// the one dropout() would draw for the [..., Tq, Tk] probabilities from the same generator state.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const AttentionOptions& options = {});
+// x with `value` where mask (bool, broadcast to x) is true; no gradient flows there.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+// The lower / upper triangle of the last two dims (j - i <= diagonal / >= diagonal), 0 elsewhere.
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+
+// ------------------------------------------------------------- sampling (src/ops/sampling.cpp)
+// The k largest values along `dim` (sorted, largest first) and their indices; values carry the
+// gradient. Ties keep the lower index first.
+ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim = -1);
+// `num_samples` class indices per row of probs [N, C] or [C] (non-negative, not all zero; rows
+// need not sum to 1), drawn with replacement from `gen` -> i64 [N, num_samples] or [num_samples].
+Tensor multinomial(const Tensor& probs, int64_t num_samples, Generator* gen = nullptr);
+
 }  // namespace gradus

@@ -140,6 +140,17 @@ struct Pool2dArgs {
   int64_t divisor_override = 0;   // avg pool only; 0 = none
 };
 
+// Fused scaled dot-product attention (FlashAttention's algorithm: the T x T scores exist one tile
+// at a time, the backward recomputes them from the saved row log-sum-exps).
+struct AttentionArgs {
+  double scale = 1.0;      // scores = scale * q k^T
+  bool causal = false;     // query i sees keys j <= i (top-left aligned, PyTorch's is_causal)
+  double dropout_p = 0.0;  // dropout on the normalised probabilities
+  // Mask element (b, i, j) is element (b * Tq + i) * Tk + j of the Philox stream at `rng`, the
+  // element dropout() would draw for the [B, Tq, Tk] probability tensor (random.h's layout).
+  PhiloxState rng;
+};
+
 struct SgdArgs {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
@@ -249,6 +260,17 @@ class Backend {
                                    const Pool2dArgs& args) = 0;
   virtual void adaptive_avg_pool2d(const Tensor& x, const Tensor& out) = 0;
   virtual void adaptive_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) = 0;
+
+  // q [B, Tq, D], k [B, Tk, D], v [B, Tk, Dv], contiguous, one floating dtype; out [B, Tq, Dv];
+  // lse [B, Tq] (f32, f64 for f64 inputs): each row's log-sum-exp of its scaled, unmasked scores.
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                         const Tensor& lse, const AttentionArgs& args) = 0;
+  // Gradients of sum(grad_out * out) (contiguous, q/k/v's shapes and dtype), from the forward's
+  // out and lse. Deterministic: no atomics, each gradient row is written by one thread.
+  virtual void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& out, const Tensor& lse,
+                                  const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
+                                  const AttentionArgs& args) = 0;
 
   // ---- indexing ----
   // out[i, :] = table[index[i], :]; table [V, D] contiguous, index i64 contiguous, out [n, D].

@@ -20,13 +20,14 @@ using amp::CastPolicy;
 
 // The one table. An op absent from it runs in its inputs' dtype. Every op named here calls
 // AutocastInputs with this name at its top (tests/amp/autocast_test.cpp checks each category).
-constexpr std::array<std::pair<std::string_view, CastPolicy>, 28> kPolicy{{
+constexpr std::array<std::pair<std::string_view, CastPolicy>, 29> kPolicy{{
     // Tensor-core ops: 16-bit operands, float32 accumulation.
     {"matmul", CastPolicy::lower},
     {"mm", CastPolicy::lower},
     {"bmm", CastPolicy::lower},
     {"linear", CastPolicy::lower},
     {"conv2d", CastPolicy::lower},
+    {"scaled_dot_product_attention", CastPolicy::lower},
     // Range- or precision-sensitive: float32.
     {"exp", CastPolicy::float32},
     {"log", CastPolicy::float32},

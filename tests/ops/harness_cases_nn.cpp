@@ -260,6 +260,26 @@ std::vector<OpCase> nn_cases() {
   c.push_back(op("layer_norm_wide", {f({2, 200}), range({200}, 0.5, 1.5), f({200})},
                  [](const Inputs& x) { return layer_norm(x[0], {200}, x[1], x[2]); }));
 
+  // -------------------------------------------------------------------------------- attention
+  // The fused kernel; attention_test.cpp also checks it against the composite it replaces.
+  auto attn = [](bool causal) {
+    return [causal](const Inputs& x) {
+      AttentionOptions o;
+      o.causal = causal;
+      return scaled_dot_product_attention(x[0], x[1], x[2], o);
+    };
+  };
+  c.push_back(op("attention", {f({2, 5, 4}), f({2, 7, 4}), f({2, 7, 3})}, attn(false)));
+  c.push_back(
+      op("attention_causal", {f({1, 2, 6, 4}), f({1, 2, 6, 4}), f({1, 2, 6, 4})}, attn(true)));
+  c.push_back(op("attention_noncontig",
+                 {f({3, 4}, L::transposed), f({5, 4}), f({5, 2}, L::strided)}, attn(false)));
+  c.push_back(op("masked_fill", {f({3, 4}), mask({3, 4})},
+                 [](const Inputs& x) { return masked_fill(x[0], x[1], -2.5); }));
+  c.push_back(op("tril", {f({2, 3, 5})}, [](const Inputs& x) { return tril(x[0], 1); }));
+  c.push_back(
+      op("triu", {f({4, 3}, L::transposed)}, [](const Inputs& x) { return triu(x[0], -1); }));
+
   // ----------------------------------------------------------------------- empty batches
   // PyTorch accepts a batch of 0 for these and returns an empty result (gradients: empty too).
   c.push_back(op("conv2d_empty_batch", {f({0, 3, 5, 5}), f({4, 3, 3, 3}), f({4})}, conv({})));

@@ -96,6 +96,14 @@ class CpuBackend final : public Backend {
   void dropout(const Tensor& x, double p, PhiloxState state, const Tensor& out,
                const Tensor& mask) override;
 
+  // attention.cpp
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                 const Tensor& lse, const AttentionArgs& args) override;
+  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const Tensor& lse, const Tensor& grad_q,
+                          const Tensor& grad_k, const Tensor& grad_v,
+                          const AttentionArgs& args) override;
+
   // optimizer.cpp
   void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& momentum_buffers, const SgdArgs& args) override;
@@ -105,5 +113,9 @@ class CpuBackend final : public Backend {
   void unscale_and_check(const std::vector<Tensor>& tensors, double scale,
                          const Tensor& found_inf) override;
 };
+
+// u[k] = uint_to_unit_float(word(first + k)) of the Philox stream at `state` (random.cpp): the
+// uniforms every random kernel draws, for kernels that need a stream slice of their own.
+void unit_floats(PhiloxState state, int64_t first, int64_t n, float* u);
 
 }  // namespace gradus::backend::cpu

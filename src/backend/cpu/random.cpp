@@ -78,16 +78,6 @@ __attribute__((noinline)) void word_blocks(uint32_t* __restrict out, int64_t blo
   }
 }
 
-// u[k] = uint_to_unit_float(word(first + k)).
-void unit_floats(PhiloxState st, int64_t first, int64_t n, float* u) {
-  for_blocks(
-      first, n,
-      [&](int64_t k, int64_t g0, int64_t blocks) {
-        unit_blocks(u + k, blocks, st.offset + static_cast<uint64_t>(g0), st.seed);
-      },
-      [&](int64_t k, int64_t i) { u[k] = uint_to_unit_float(word_at(st, i)); });
-}
-
 // w[k] = word(first + k).
 void raw_words(PhiloxState st, int64_t first, int64_t n, uint32_t* w) {
   for_blocks(
@@ -156,6 +146,15 @@ void for_each_piece(const std::array<const Tensor*, N>& ts, const F& fn) {
 }
 
 }  // namespace
+
+void unit_floats(PhiloxState st, int64_t first, int64_t n, float* u) {
+  for_blocks(
+      first, n,
+      [&](int64_t k, int64_t g0, int64_t blocks) {
+        unit_blocks(u + k, blocks, st.offset + static_cast<uint64_t>(g0), st.seed);
+      },
+      [&](int64_t k, int64_t i) { u[k] = uint_to_unit_float(word_at(st, i)); });
+}
 
 void CpuBackend::uniform(const Tensor& out, PhiloxState state, double lo, double hi) {
   if (out.numel() == 0) return;

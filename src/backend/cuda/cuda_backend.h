@@ -91,6 +91,13 @@ class CudaBackend final : public Backend {
   void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<Tensor>& exp_avg, const std::vector<Tensor>& exp_avg_sq,
                  const std::vector<Tensor>& max_exp_avg_sq, const AdamArgs& args) override;
+  // attention.cu
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                 const Tensor& lse, const AttentionArgs& args) override;
+  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const Tensor& lse, const Tensor& grad_q,
+                          const Tensor& grad_k, const Tensor& grad_v,
+                          const AttentionArgs& args) override;
   void unscale_and_check(const std::vector<Tensor>& tensors, double scale,
                          const Tensor& found_inf) override;
 };

@@ -72,6 +72,21 @@ size_t reduce_workspace_bytes(ReduceOp op, const ReduceProblem& p, int multiproc
 void launch_reduce(ReduceOp op, const ReduceProblem& p, void* workspace, int multiprocessors,
                    cudaStream_t stream);
 
+// -------------------------------------------------------------------------- attention.cu
+// q [batch, tq, d], k [batch, tk, d], v [batch, tk, dv], out [batch, tq, dv] contiguous, one
+// floating dtype; lse / delta [batch, tq] in its compute type (float, double for f64).
+inline constexpr int kMaxAttentionHead = 256;  // d and dv; the op layer checks
+struct AttentionShape {
+  int64_t batch, tq, tk, d, dv;
+};
+void launch_attention(const AttentionShape& s, const AttentionArgs& a, const void* q, const void* k,
+                      const void* v, void* out, void* lse, DType dtype, cudaStream_t stream);
+// delta: scratch [batch, tq] of the compute type.
+void launch_attention_backward(const AttentionShape& s, const AttentionArgs& a,
+                               const void* grad_out, const void* q, const void* k, const void* v,
+                               const void* out, const void* lse, void* delta, void* grad_q,
+                               void* grad_k, void* grad_v, DType dtype, cudaStream_t stream);
+
 // ---------------------------------------------------------------------------- softmax.cu
 // Contiguous [rows, cols]; x / out / grads one dtype.
 void launch_softmax(const void* x, void* out, DType dtype, int64_t rows, int64_t cols, bool log,

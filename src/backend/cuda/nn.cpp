@@ -375,4 +375,38 @@ void CudaBackend::adaptive_avg_pool2d_backward(const Tensor& grad_out, const Ten
   o.finish();
 }
 
+// ------------------------------------------------------------------------------- attention
+namespace {
+AttentionShape attention_shape(const Tensor& q, const Tensor& v) {
+  return {q.size(0), q.size(1), v.size(1), q.size(2), v.size(2)};
+}
+void check_head(const Tensor& q, const Tensor& v) {
+  GRADUS_CHECK(q.size(2) <= kMaxAttentionHead && v.size(2) <= kMaxAttentionHead, ShapeError,
+               "scaled_dot_product_attention: the CUDA kernel supports head sizes up to ",
+               kMaxAttentionHead, ", got ", q.size(2), " and ", v.size(2));
+}
+}  // namespace
+
+void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                            const Tensor& lse, const AttentionArgs& args) {
+  if (out.numel() == 0) return;
+  check_head(q, v);
+  DeviceGuard guard(out);
+  launch_attention(attention_shape(q, v), args, q.raw_data(), k.raw_data(), v.raw_data(),
+                   out.raw_data(), lse.raw_data(), q.dtype(), stream_of(out.device().index()));
+}
+
+void CudaBackend::attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                                     const Tensor& v, const Tensor& out, const Tensor& lse,
+                                     const Tensor& grad_q, const Tensor& grad_k,
+                                     const Tensor& grad_v, const AttentionArgs& args) {
+  check_head(q, v);
+  DeviceGuard guard(q);
+  const Tensor delta = empty({q.size(0), q.size(1)}, {lse.dtype(), q.device()});
+  launch_attention_backward(attention_shape(q, v), args, grad_out.raw_data(), q.raw_data(),
+                            k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(),
+                            delta.raw_data(), grad_q.raw_data(), grad_k.raw_data(),
+                            grad_v.raw_data(), q.dtype(), stream_of(q.device().index()));
+}
+
 }  // namespace gradus::backend::cuda

@@ -1,0 +1,274 @@
+// Fused scaled dot-product attention on the CPU: FlashAttention-2's tiling with OpenBLAS tiles.
+//
+// Forward, per (batch, tile of kRows queries), on one thread: the scores against one tile of kCols
+// keys at a time (a kRows x kCols GEMM), an online softmax (running row max m and sum l; the
+// accumulated output is rescaled by exp(m_old - m_new) when the max grows), and acc += P V. Only
+// one kRows x kCols tile of scores exists per thread, whatever T is. The row log-sum-exp
+// m + log(l) is saved for the backward.
+//
+// Backward, recomputing P = exp(S - lse) tile by tile: with D_i = sum_d dO_id O_id,
+//   dV = Pd^T dO,  dPd = dO V^T,  dS = P (z dPd - D),  dQ = scale dS K,  dK = scale dS^T Q,
+// where z is the dropout multiplier (0 or 1 / (1 - p)) and Pd = z P. It runs in two passes so
+// that every gradient row is written by one thread (no atomics, bitwise deterministic): pass 1
+// over key tiles (dK, dV), pass 2 over query tiles (dQ). Each recomputes the scores once more,
+// the usual price of not storing them.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/float_args.h"
+#include "backend/cpu/loops.h"
+
+namespace gradus::backend::cpu {
+namespace {
+
+constexpr int64_t kRows = 64;  // queries per tile
+constexpr int64_t kCols = 64;  // keys per tile
+
+// Row-major C = alpha op(A) op(B) + beta C on one thread's tile.
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+struct Dims {
+  int64_t batch, tq, tk, d, dv;
+};
+
+Dims dims_of(const Tensor& q, const Tensor& v) {
+  return {q.size(0), q.size(1), v.size(1), q.size(2), v.size(2)};
+}
+
+// Keys a query row sees in the key tile starting at k0 with `cols` keys.
+inline int64_t visible(const AttentionArgs& a, int64_t i, int64_t k0, int64_t cols) {
+  if (!a.causal) return cols;
+  return std::clamp<int64_t>(i - k0 + 1, 0, cols);
+}
+
+// Multiplies row r of tile p (query i, keys k0..) by the dropout multipliers z of the stream.
+template <typename C>
+void apply_dropout(const AttentionArgs& a, const Dims& d, int64_t b, int64_t i, int64_t k0,
+                   int64_t cols, C* p_row, float* u) {
+  const int64_t first = (b * d.tq + i) * d.tk + k0;
+  unit_floats(a.rng, first, cols, u);
+  const float p = static_cast<float>(a.dropout_p);
+  const C keep_scale = static_cast<C>(1.0 / (1.0 - a.dropout_p));
+  for (int64_t j = 0; j < cols; ++j) p_row[j] = u[j] >= p ? p_row[j] * keep_scale : C(0);
+}
+
+template <typename C>
+void forward(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& outt,
+             const Tensor& lset, const AttentionArgs& a) {
+  const Dims d = dims_of(qt, vt);
+  const C* q = qt.data_ptr<C>();
+  const C* k = kt.data_ptr<C>();
+  const C* v = vt.data_ptr<C>();
+  C* out = outt.data_ptr<C>();
+  C* lse = lset.data_ptr<C>();
+  const int64_t qtiles = (d.tq + kRows - 1) / kRows;
+  const C scale = static_cast<C>(a.scale);
+  const bool dropout = a.dropout_p > 0;
+  parallel_for(d.batch * qtiles, 1, [&](int64_t begin, int64_t end) {
+    std::vector<C> s(kRows * kCols), acc(kRows * d.dv), m(kRows), l(kRows);
+    std::vector<float> u(dropout ? kCols : 0);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / qtiles, q0 = (task % qtiles) * kRows;
+      const int64_t rows = std::min(kRows, d.tq - q0);
+      const C* qb = q + (b * d.tq + q0) * d.d;
+      std::fill(m.begin(), m.end(), -std::numeric_limits<C>::infinity());
+      std::fill(l.begin(), l.end(), C(0));
+      std::fill(acc.begin(), acc.end(), C(0));
+      const int64_t kend = a.causal ? std::min(d.tk, q0 + rows) : d.tk;
+      for (int64_t k0 = 0; k0 < kend; k0 += kCols) {
+        const int64_t cols = std::min(kCols, kend - k0);
+        gemm(false, true, rows, cols, d.d, scale, qb, d.d, k + (b * d.tk + k0) * d.d, d.d, C(0),
+             s.data(), kCols);
+        for (int64_t r = 0; r < rows; ++r) {
+          C* sr = s.data() + r * kCols;
+          const int64_t n = visible(a, q0 + r, k0, cols);
+          C mx = m[r];
+          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]);
+          if (n == 0 || mx == -std::numeric_limits<C>::infinity()) {
+            std::fill(sr, sr + cols, C(0));
+            continue;
+          }
+          const C rescale = std::exp(m[r] - mx);  // 0 on the first visible tile
+          C sum = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            sr[j] = std::exp(sr[j] - mx);
+            sum += sr[j];
+          }
+          std::fill(sr + n, sr + cols, C(0));
+          l[r] = l[r] * rescale + sum;
+          m[r] = mx;
+          C* ar = acc.data() + r * d.dv;
+          for (int64_t c = 0; c < d.dv; ++c) ar[c] *= rescale;
+          if (dropout) apply_dropout(a, d, b, q0 + r, k0, cols, sr, u.data());
+        }
+        gemm(false, false, rows, d.dv, cols, C(1), s.data(), kCols, v + (b * d.tk + k0) * d.dv,
+             d.dv, C(1), acc.data(), d.dv);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        // A row that sees no key (only possible when Tk = 0) outputs 0 with lse = -inf.
+        const C inv = l[r] > 0 ? C(1) / l[r] : C(0);
+        C* orow = out + (b * d.tq + q0 + r) * d.dv;
+        for (int64_t c = 0; c < d.dv; ++c) orow[c] = acc[r * d.dv + c] * inv;
+        lse[b * d.tq + q0 + r] = l[r] > 0 ? m[r] + std::log(l[r]) : m[r];
+      }
+    }
+  });
+}
+
+// One tile of the backward's shared recomputation: P (rows x cols, ld kCols) from the scores and
+// lse, and dS = P (z dPd - D) in ds, with Pd = z P left in p for dV.
+template <typename C>
+struct TileMath {
+  const AttentionArgs& a;
+  const Dims& d;
+  const C *q, *k, *v, *go, *lse, *delta;
+  C scale;
+  // Fills p with Pd and ds with dS for queries q0.. (rows) and keys k0.. (cols) of batch b.
+  void run(int64_t b, int64_t q0, int64_t rows, int64_t k0, int64_t cols, C* p, C* ds,
+           float* u) const {
+    gemm(false, true, rows, cols, d.d, scale, q + (b * d.tq + q0) * d.d, d.d,
+         k + (b * d.tk + k0) * d.d, d.d, C(0), p, kCols);
+    // dPd = dO V^T
+    gemm(false, true, rows, cols, d.dv, C(1), go + (b * d.tq + q0) * d.dv, d.dv,
+         v + (b * d.tk + k0) * d.dv, d.dv, C(0), ds, kCols);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = q0 + r;
+      C* pr = p + r * kCols;
+      C* dr = ds + r * kCols;
+      const int64_t n = visible(a, i, k0, cols);
+      const C row_lse = lse[b * d.tq + i];
+      for (int64_t j = 0; j < n; ++j) pr[j] = std::exp(pr[j] - row_lse);
+      std::fill(pr + n, pr + cols, C(0));
+      if (a.dropout_p > 0) {
+        // z dPd: the same multipliers as the forward's, drawn again from the stream.
+        apply_dropout(a, d, b, i, k0, cols, dr, u);
+        const C dl = delta[b * d.tq + i];
+        for (int64_t j = 0; j < cols; ++j) dr[j] = pr[j] * (dr[j] - dl);
+        apply_dropout(a, d, b, i, k0, cols, pr, u);  // P -> Pd
+      } else {
+        const C dl = delta[b * d.tq + i];
+        for (int64_t j = 0; j < cols; ++j) dr[j] = pr[j] * (dr[j] - dl);
+      }
+    }
+  }
+};
+
+template <typename C>
+void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tensor& vt,
+              const Tensor& outt, const Tensor& lset, const Tensor& gqt, const Tensor& gkt,
+              const Tensor& gvt, const AttentionArgs& a) {
+  const Dims d = dims_of(qt, vt);
+  const C* go = got.data_ptr<C>();
+  const C* o = outt.data_ptr<C>();
+  const C* q = qt.data_ptr<C>();
+  std::vector<C> delta(d.batch * d.tq);
+  parallel_for(d.batch * d.tq, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      C sum = 0;
+      for (int64_t c = 0; c < d.dv; ++c) sum += go[row * d.dv + c] * o[row * d.dv + c];
+      delta[row] = sum;
+    }
+  });
+  const C scale = static_cast<C>(a.scale);
+  const TileMath<C> tile{
+      a, d, q, kt.data_ptr<C>(), vt.data_ptr<C>(), go, lset.data_ptr<C>(), delta.data(), scale};
+  const bool dropout = a.dropout_p > 0;
+
+  // Pass 1: dK and dV, one key tile per task.
+  const int64_t ktiles = (d.tk + kCols - 1) / kCols;
+  C* gk = gkt.data_ptr<C>();
+  C* gv = gvt.data_ptr<C>();
+  parallel_for(d.batch * ktiles, 1, [&](int64_t begin, int64_t end) {
+    std::vector<C> p(kRows * kCols), ds(kRows * kCols);
+    std::vector<float> u(dropout ? kCols : 0);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / ktiles, k0 = (task % ktiles) * kCols;
+      const int64_t cols = std::min(kCols, d.tk - k0);
+      C* gkb = gk + (b * d.tk + k0) * d.d;
+      C* gvb = gv + (b * d.tk + k0) * d.dv;
+      std::fill(gkb, gkb + cols * d.d, C(0));
+      std::fill(gvb, gvb + cols * d.dv, C(0));
+      // Causal: queries before k0 see none of these keys.
+      for (int64_t q0 = a.causal ? (k0 / kRows) * kRows : 0; q0 < d.tq; q0 += kRows) {
+        const int64_t rows = std::min(kRows, d.tq - q0);
+        tile.run(b, q0, rows, k0, cols, p.data(), ds.data(), u.data());
+        gemm(true, false, cols, d.dv, rows, C(1), p.data(), kCols, go + (b * d.tq + q0) * d.dv,
+             d.dv, C(1), gvb, d.dv);
+        gemm(true, false, cols, d.d, rows, scale, ds.data(), kCols, q + (b * d.tq + q0) * d.d, d.d,
+             C(1), gkb, d.d);
+      }
+    }
+  });
+
+  // Pass 2: dQ, one query tile per task.
+  const int64_t qtiles = (d.tq + kRows - 1) / kRows;
+  C* gq = gqt.data_ptr<C>();
+  const C* k = kt.data_ptr<C>();
+  parallel_for(d.batch * qtiles, 1, [&](int64_t begin, int64_t end) {
+    std::vector<C> p(kRows * kCols), ds(kRows * kCols);
+    std::vector<float> u(dropout ? kCols : 0);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / qtiles, q0 = (task % qtiles) * kRows;
+      const int64_t rows = std::min(kRows, d.tq - q0);
+      C* gqb = gq + (b * d.tq + q0) * d.d;
+      std::fill(gqb, gqb + rows * d.d, C(0));
+      const int64_t kend = a.causal ? std::min(d.tk, q0 + rows) : d.tk;
+      for (int64_t k0 = 0; k0 < kend; k0 += kCols) {
+        const int64_t cols = std::min(kCols, kend - k0);
+        tile.run(b, q0, rows, k0, cols, p.data(), ds.data(), u.data());
+        gemm(false, false, rows, d.d, cols, scale, ds.data(), kCols, k + (b * d.tk + k0) * d.d, d.d,
+             C(1), gqb, d.d);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                           const Tensor& lse, const AttentionArgs& args) {
+  if (out.numel() == 0) return;
+  F32Args f{*this, {}};
+  const Tensor qf = f.in(q), kf = f.in(k), vf = f.in(v), of = f.out(out);
+  dispatch_f(qf.dtype(), [&](auto tag) {
+    using C = decltype(tag);
+    forward<C>(qf, kf, vf, of, lse, args);
+  });
+  f.finish();
+}
+
+void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& out, const Tensor& lse,
+                                    const Tensor& grad_q, const Tensor& grad_k,
+                                    const Tensor& grad_v, const AttentionArgs& args) {
+  F32Args f{*this, {}};
+  const Tensor gof = f.in(grad_out), qf = f.in(q), kf = f.in(k), vf = f.in(v), of = f.in(out);
+  const Tensor gq = f.out(grad_q), gk = f.out(grad_k), gv = f.out(grad_v);
+  dispatch_f(qf.dtype(), [&](auto tag) {
+    using C = decltype(tag);
+    if (q.numel() + k.numel() + v.numel() == 0) return;
+    if (gq.numel() > 0 && gk.numel() == 0) {  // no keys: dQ = 0
+      fill(gq, 0.0);
+      return;
+    }
+    backward<C>(gof, qf, kf, vf, of, lse, gq, gk, gv, args);
+  });
+  f.finish();
+}
+
+}  // namespace gradus::backend::cpu

@@ -1,0 +1,238 @@
+// Fused scaled dot-product attention on CUDA, the same math as the CPU kernel
+// (src/backend/cpu/attention.cpp): online softmax forward saving each row's log-sum-exp, and a
+// backward that recomputes the probabilities. The scores are never stored.
+//
+// This first version gives each query row (forward, dQ) or key row (dK, dV) one warp, whose 32
+// lanes hold the row's head dimension (<= kMaxHead) in registers and walk the other sequence one
+// element at a time: simple, deterministic (no atomics), O(T) memory, but not yet a tiled
+// FlashAttention kernel using tensor cores; see docs/performance.md for its status on a GPU.
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+#include "gradus/core/random.h"
+
+namespace gradus::backend::cuda {
+namespace {
+
+constexpr int kPer = kMaxAttentionHead / 32;  // head elements per lane
+constexpr int kWarps = 4;                     // rows per block
+
+struct Geometry {
+  int64_t batch, tq, tk, d, dv;
+  float scale_f;
+  double scale;
+  bool causal;
+  double dropout_p;
+  PhiloxState rng;
+};
+
+// Dropout multiplier of probability (b, i, j): 0 or 1 / (1 - p), the CPU's stream element.
+template <typename C>
+__device__ __forceinline__ C dropout_mult(const Geometry& g, int64_t b, int64_t i, int64_t j) {
+  if (g.dropout_p <= 0) return C(1);
+  const uint64_t e = static_cast<uint64_t>((b * g.tq + i) * g.tk + j);
+  const uint32_t w = philox4x32(g.rng.offset + e / 4, g.rng.seed)[e % 4];
+  return uint_to_unit_float(w) >= static_cast<float>(g.dropout_p)
+             ? static_cast<C>(1.0 / (1.0 - g.dropout_p))
+             : C(0);
+}
+
+template <typename T, typename C>
+__device__ __forceinline__ void load_row(const T* p, int64_t n, C (&r)[kPer]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int t = 0; t < kPer; ++t) {
+    const int64_t c = lane + 32 * t;
+    r[t] = c < n ? load(p + c) : C(0);
+  }
+}
+
+template <typename T, typename C>
+__device__ __forceinline__ C dot_row(const C (&r)[kPer], const T* p, int64_t n) {
+  const int lane = threadIdx.x & 31;
+  C s = 0;
+#pragma unroll
+  for (int t = 0; t < kPer; ++t) {
+    const int64_t c = lane + 32 * t;
+    if (c < n) s += r[t] * load(p + c);
+  }
+  return warp_sum(s);
+}
+
+__device__ __forceinline__ int64_t warp_row() {
+  return static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_forward_kernel(Geometry g, const T* q, const T* k, const T* v, T* out,
+                             compute_t<T>* lse) {
+  using C = compute_t<T>;
+  const int64_t row = warp_row();
+  if (row >= g.batch * g.tq) return;
+  const int64_t b = row / g.tq, i = row % g.tq;
+  C qr[kPer], acc[kPer];
+  load_row(q + row * g.d, g.d, qr);
+#pragma unroll
+  for (int t = 0; t < kPer; ++t) acc[t] = 0;
+  C m = -INFINITY, l = 0;
+  const int64_t kend = g.causal ? min(g.tk, i + 1) : g.tk;
+  const C scale = static_cast<C>(g.scale);
+  for (int64_t j = 0; j < kend; ++j) {
+    const C s = scale * dot_row(qr, k + (b * g.tk + j) * g.d, g.d);
+    const C mn = s > m ? s : m;
+    const C rescale = m_exp(m - mn), p = m_exp(s - mn);
+    l = l * rescale + p;
+    m = mn;
+    const C pd = p * dropout_mult<C>(g, b, i, j);
+    const T* vr = v + (b * g.tk + j) * g.dv;
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int t = 0; t < kPer; ++t) {
+      const int64_t c = lane + 32 * t;
+      acc[t] = acc[t] * rescale + (c < g.dv ? pd * load(vr + c) : C(0));
+    }
+  }
+  const C inv = l > 0 ? C(1) / l : C(0);
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int t = 0; t < kPer; ++t) {
+    const int64_t c = lane + 32 * t;
+    if (c < g.dv) out[row * g.dv + c] = convert<T>(acc[t] * inv);
+  }
+  if (lane == 0) lse[row] = l > 0 ? m + m_log(l) : m;
+}
+
+// delta[row] = sum_c dO[row, c] * O[row, c]
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_delta_kernel(Geometry g, const T* go, const T* o, compute_t<T>* delta) {
+  using C = compute_t<T>;
+  const int64_t row = warp_row();
+  if (row >= g.batch * g.tq) return;
+  C r[kPer];
+  load_row(go + row * g.dv, g.dv, r);
+  const C s = dot_row(r, o + row * g.dv, g.dv);
+  if ((threadIdx.x & 31) == 0) delta[row] = s;
+}
+
+// dQ_i = scale sum_j P_ij (z_ij dPd_ij - D_i) k_j, one warp per query row.
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_dq_kernel(Geometry g, const T* go, const T* q, const T* k, const T* v,
+                        const compute_t<T>* lse, const compute_t<T>* delta, T* gq) {
+  using C = compute_t<T>;
+  const int64_t row = warp_row();
+  if (row >= g.batch * g.tq) return;
+  const int64_t b = row / g.tq, i = row % g.tq;
+  C qr[kPer], dor[kPer], acc[kPer];
+  load_row(q + row * g.d, g.d, qr);
+  load_row(go + row * g.dv, g.dv, dor);
+#pragma unroll
+  for (int t = 0; t < kPer; ++t) acc[t] = 0;
+  const C scale = static_cast<C>(g.scale), row_lse = lse[row], dl = delta[row];
+  const int64_t kend = g.causal ? min(g.tk, i + 1) : g.tk;
+  const int lane = threadIdx.x & 31;
+  for (int64_t j = 0; j < kend; ++j) {
+    const T* kr = k + (b * g.tk + j) * g.d;
+    const C p = m_exp(scale * dot_row(qr, kr, g.d) - row_lse);
+    const C dp = dot_row(dor, v + (b * g.tk + j) * g.dv, g.dv) * dropout_mult<C>(g, b, i, j);
+    const C ds = p * (dp - dl);
+#pragma unroll
+    for (int t = 0; t < kPer; ++t) {
+      const int64_t c = lane + 32 * t;
+      if (c < g.d) acc[t] += ds * load(kr + c);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kPer; ++t) {
+    const int64_t c = lane + 32 * t;
+    if (c < g.d) gq[row * g.d + c] = convert<T>(scale * acc[t]);
+  }
+}
+
+// dK_j = scale sum_i dS_ij q_i and dV_j = sum_i z_ij P_ij dO_i, one warp per key row.
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_dkv_kernel(Geometry g, const T* go, const T* q, const T* k, const T* v,
+                         const compute_t<T>* lse, const compute_t<T>* delta, T* gk, T* gv) {
+  using C = compute_t<T>;
+  const int64_t row = warp_row();
+  if (row >= g.batch * g.tk) return;
+  const int64_t b = row / g.tk, j = row % g.tk;
+  C kr[kPer], vr[kPer], dk[kPer], dv[kPer];
+  load_row(k + row * g.d, g.d, kr);
+  load_row(v + row * g.dv, g.dv, vr);
+#pragma unroll
+  for (int t = 0; t < kPer; ++t) dk[t] = dv[t] = 0;
+  const C scale = static_cast<C>(g.scale);
+  const int lane = threadIdx.x & 31;
+  for (int64_t i = g.causal ? j : 0; i < g.tq; ++i) {
+    const int64_t qrow = b * g.tq + i;
+    const T* qi = q + qrow * g.d;
+    const T* goi = go + qrow * g.dv;
+    const C p = m_exp(scale * dot_row(kr, qi, g.d) - lse[qrow]);
+    const C z = dropout_mult<C>(g, b, i, j);
+    const C ds = p * (dot_row(vr, goi, g.dv) * z - delta[qrow]);
+#pragma unroll
+    for (int t = 0; t < kPer; ++t) {
+      const int64_t c = lane + 32 * t;
+      if (c < g.d) dk[t] += ds * load(qi + c);
+      if (c < g.dv) dv[t] += z * p * load(goi + c);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kPer; ++t) {
+    const int64_t c = lane + 32 * t;
+    if (c < g.d) gk[row * g.d + c] = convert<T>(scale * dk[t]);
+    if (c < g.dv) gv[row * g.dv + c] = convert<T>(dv[t]);
+  }
+}
+
+Geometry geometry(const AttentionShape& s, const AttentionArgs& a) {
+  return {s.batch, s.tq,     s.tk,        s.d,  s.dv, static_cast<float>(a.scale),
+          a.scale, a.causal, a.dropout_p, a.rng};
+}
+
+}  // namespace
+
+void launch_attention(const AttentionShape& s, const AttentionArgs& a, const void* q, const void* k,
+                      const void* v, void* out, void* lse, DType dtype, cudaStream_t stream) {
+  const Geometry g = geometry(s, a);
+  if (s.batch * s.tq == 0) return;
+  dispatch_float(dtype, "attention", [&](auto tag) {
+    using T = decltype(tag);
+    attention_forward_kernel<T><<<blocks_for(s.batch * s.tq, kWarps), kWarps * 32, 0, stream>>>(
+        g, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+        static_cast<T*>(out), static_cast<compute_t<T>*>(lse));
+  });
+  GRADUS_CUDA_CHECK_LAUNCH("attention");
+}
+
+void launch_attention_backward(const AttentionShape& s, const AttentionArgs& a,
+                               const void* grad_out, const void* q, const void* k, const void* v,
+                               const void* out, const void* lse, void* delta, void* grad_q,
+                               void* grad_k, void* grad_v, DType dtype, cudaStream_t stream) {
+  const Geometry g = geometry(s, a);
+  dispatch_float(dtype, "attention_backward", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    const T* go = static_cast<const T*>(grad_out);
+    const unsigned qb = blocks_for(s.batch * s.tq, kWarps), kb = blocks_for(s.batch * s.tk, kWarps);
+    if (s.batch * s.tq > 0) {
+      attention_delta_kernel<T><<<qb, kWarps * 32, 0, stream>>>(g, go, static_cast<const T*>(out),
+                                                                static_cast<C*>(delta));
+      attention_dq_kernel<T><<<qb, kWarps * 32, 0, stream>>>(
+          g, go, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+          static_cast<const C*>(lse), static_cast<const C*>(delta), static_cast<T*>(grad_q));
+    }
+    if (s.batch * s.tk > 0) {
+      attention_dkv_kernel<T><<<kb, kWarps * 32, 0, stream>>>(
+          g, go, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+          static_cast<const C*>(lse), static_cast<const C*>(delta), static_cast<T*>(grad_k),
+          static_cast<T*>(grad_v));
+    }
+  });
+  GRADUS_CUDA_CHECK_LAUNCH("attention_backward");
+}
+
+}  // namespace gradus::backend::cuda
