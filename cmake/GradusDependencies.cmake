@@ -3,6 +3,7 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(ZLIB REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
+find_package(Threads REQUIRED)  # gradus::monitor's sampling thread
 
 # OpenBLAS, the OpenMP build, so its threads and gradus's share one OpenMP pool.
 # GRADUS_DEPS_ROOT: a directory the Debian packages were unpacked into (`dpkg -x`), searched first;
