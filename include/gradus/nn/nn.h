@@ -2,6 +2,7 @@
 #pragma once
 
 #include "gradus/nn/container.h"
+#include "gradus/nn/gpt.h"
 #include "gradus/nn/init.h"
 #include "gradus/nn/layers.h"
 #include "gradus/nn/models.h"

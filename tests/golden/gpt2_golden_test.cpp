@@ -1,0 +1,76 @@
+// nn::GPT against transformers' GPT2LMHeadModel (tools/make_gpt2_golden.py): a Hugging Face
+// checkpoint loads through io::load_hf_gpt2 and gives the same logits, loss, gradients and
+// AdamW step, in float64 (tight) and float32.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "gradus/gradus.h"
+#include "support/test_util.h"
+
+namespace gradus {
+namespace {
+
+using testing::all_close;
+
+const std::string kDir = std::string(GRADUS_TEST_DATA_DIR) + "/golden/";
+
+struct Golden {
+  io::SafetensorsFile file = io::read_safetensors(kDir + "gpt2.safetensors");
+  const Tensor& at(const std::string& name) const { return file.at(name); }
+};
+
+class HfGpt2 : public ::testing::TestWithParam<DType> {};
+
+TEST_P(HfGpt2, LogitsLossGradientsAndAdamWStepMatchTransformers) {
+  const DType dtype = GetParam();
+  const double tol = dtype == DType::f64 ? 1e-9 : 2e-4;
+  const Golden g;
+  std::shared_ptr<nn::GPT> model = io::load_hf_gpt2(kDir + "hf_gpt2");
+  model->to(dtype);
+  EXPECT_EQ(model->config.n_layer, 2);
+  EXPECT_EQ(model->config.vocab_size, 97);
+
+  const Tensor logits = model->forward(g.at("input"));
+  ASSERT_EQ(logits.sizes(), g.at("logits").sizes());
+  EXPECT_TRUE(all_close(logits, g.at("logits"), tol, tol));
+  const Tensor loss =
+      cross_entropy(logits.reshape({-1, logits.size(-1)}), g.at("target").reshape({-1}));
+  EXPECT_NEAR(loss.item(), g.at("loss").item(), tol);
+  loss.backward();
+  int checked = 0;
+  for (const auto& [name, p] : model->named_parameters()) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(p.grad().defined());
+    EXPECT_TRUE(all_close(p.grad(), g.at("grad." + name), tol, tol));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 28);  // every tensor of the checkpoint; the tied head is wte
+
+  optim::AdamWOptions o;
+  o.lr = 1e-3;
+  o.betas = {0.9, 0.99};
+  o.eps = 1e-8;
+  o.weight_decay = 0.1;
+  optim::AdamW opt(model->parameters(), o);
+  opt.step();
+  for (const auto& [name, p] : model->named_parameters()) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(all_close(p, g.at("adamw.step1." + name), tol, tol));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, HfGpt2, ::testing::Values(DType::f64, DType::f32),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(HfGpt2Loading, RejectsWhatDoesNotFit) {
+  // A config whose shapes differ from the file: one error naming the mismatched tensors.
+  nn::GPTConfig c = io::read_hf_gpt2_config(kDir + "hf_gpt2/config.json");
+  c.n_embd = 64;
+  nn::GPT wrong(c);
+  EXPECT_THROW(io::load_hf_gpt2_weights(wrong, kDir + "hf_gpt2/model.safetensors"), ShapeError);
+  EXPECT_THROW(io::read_hf_gpt2_config(kDir + "no_such_config.json"), IOError);
+}
+
+}  // namespace
+}  // namespace gradus
