@@ -5,3 +5,4 @@
 #include "gradus/data/dataset.h"
 #include "gradus/data/idx.h"
 #include "gradus/data/mnist.h"
+#include "gradus/data/text.h"
