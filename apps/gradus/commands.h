@@ -10,6 +10,10 @@
 #include "gradus/core/dtype.h"
 #include "gradus/data/mnist.h"
 
+namespace CLI {
+class App;
+}
+
 namespace gradus::cli {
 
 struct TrainOptions {
@@ -99,6 +103,26 @@ int run_bench_dist(const BenchOptions& o);
 
 // json: one JSON object (build, CPU, GPUs with theoretical peaks, MPI/NCCL versions).
 int run_info(bool json = false);
+
+struct MonitorOptions {
+  std::string interval = "1s";  // "500ms", "2s", "1m"
+  int64_t count = 0;            // readings to print; 0: until Ctrl-C
+  bool csv = false;
+  int pid = 0;  // > 0: also this process's CPU use and RSS
+  std::string nvml_library;
+};
+// A table of GPU (NVML) and host readings (monitor_cmd.cpp); without NVML, the host columns.
+int run_monitor(const MonitorOptions& o);
+void add_monitor_command(CLI::App& app, MonitorOptions& o);
+
+struct PlotOptions {
+  std::vector<std::string> inputs;  // metrics JSONL files written by `gradus train --metrics`
+  std::string output;               // .png or .svg
+  std::string x = "step";           // step, epoch or time
+};
+// Draws loss, accuracy, throughput, memory, GPU use and power of several runs (plot.cpp).
+int run_plot(const PlotOptions& o);
+void add_plot_command(CLI::App& app, PlotOptions& o);
 
 // Shared by the commands: applies --threads (0 keeps the default) and resolves --device,
 // checking that a requested CUDA device exists.

@@ -3,6 +3,8 @@
 //   gradus bench --model mlp-large --batch-size 256    time training steps (one JSON line)
 //   gradus info                                        version, build, BLAS, devices
 //   gradus inspect FILE.safetensors [--json]           validate a file, list tensors + metadata
+//   gradus monitor [--interval 1s] [--csv]             GPU and host readings, like nvidia-smi dmon
+//   gradus plot run.jsonl ... -o out.png               loss/accuracy/throughput curves of runs
 // Exit codes: 0 success, 1 runtime error (message on stderr), 2 bad command line.
 #include <CLI/CLI.hpp>
 #include <cmath>
@@ -318,6 +320,10 @@ int main(int argc, char** argv) {
   bool info_json = false;
   app.add_subcommand("info", "Version, build options, CPU, BLAS, GPUs (peak FLOP/s, bandwidth)")
       ->add_flag("--json", info_json, "Print one JSON object");
+  gradus::cli::MonitorOptions monitor;
+  gradus::cli::add_monitor_command(app, monitor);
+  gradus::cli::PlotOptions plot;
+  gradus::cli::add_plot_command(app, plot);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -328,6 +334,8 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("train")) return gradus::cli::run_train(train);
     if (app.got_subcommand("bench")) return gradus::cli::run_bench(bench);
     if (app.got_subcommand("inspect")) return gradus::cli::run_inspect(inspect);
+    if (app.got_subcommand("monitor")) return gradus::cli::run_monitor(monitor);
+    if (app.got_subcommand("plot")) return gradus::cli::run_plot(plot);
     return gradus::cli::run_info(info_json);
   } catch (const std::exception& e) {  // gradus::Error and anything else: never an abort
     if (gradus::dist::is_initialized() && gradus::dist::world_size() > 1) {

@@ -1,9 +1,10 @@
 # Runs the gradus CLI and checks its exit code and output (ctest's PASS_REGULAR_EXPRESSION alone
 # would ignore the exit code). Invoked as
 #   cmake -DEXE=path -DARGS="a@@b@@c" -DRC=n [-DOUTPUT_REGEX=re] [-DSTDOUT_REGEX=re]
-#         [-DMETRICS=file -DMETRICS_REGEX=re] -P run_check.cmake
+#         [-DMETRICS=file -DMETRICS_REGEX=re] [-DOUT_FILE=file -DOUT_FILE_HEX=re] -P run_check.cmake
 # ARGS are separated by "@@" (a ';' would be split by add_test). Regexes are CMake regexes,
-# where '.' matches newlines too; OUTPUT_REGEX applies to stdout + stderr.
+# where '.' matches newlines too; OUTPUT_REGEX applies to stdout + stderr. OUT_FILE must be written
+# (non-empty), its first 16 bytes in hex matching OUT_FILE_HEX (e.g. a PNG's signature).
 if(ARGS STREQUAL "")
   set(argv "")
 else()
@@ -11,6 +12,9 @@ else()
 endif()
 if(METRICS)
   file(REMOVE "${METRICS}")
+endif()
+if(OUT_FILE)
+  file(REMOVE "${OUT_FILE}")
 endif()
 execute_process(COMMAND "${EXE}" ${argv} RESULT_VARIABLE rc OUTPUT_VARIABLE out
   ERROR_VARIABLE err)
@@ -29,5 +33,16 @@ if(METRICS)
   message("--- ${METRICS}\n${metrics}---")
   if(NOT metrics MATCHES "${METRICS_REGEX}")
     message(FATAL_ERROR "the metrics file does not match '${METRICS_REGEX}'")
+  endif()
+endif()
+if(OUT_FILE)
+  if(NOT EXISTS "${OUT_FILE}")
+    message(FATAL_ERROR "${OUT_FILE} was not written")
+  endif()
+  file(SIZE "${OUT_FILE}" size)
+  file(READ "${OUT_FILE}" head LIMIT 16 HEX)
+  message("--- ${OUT_FILE}: ${size} bytes, starting ${head}")
+  if(size EQUAL 0 OR NOT head MATCHES "${OUT_FILE_HEX}")
+    message(FATAL_ERROR "${OUT_FILE} is empty or does not start with '${OUT_FILE_HEX}'")
   endif()
 endif()
