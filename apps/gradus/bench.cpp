@@ -145,6 +145,78 @@ int compare_devices(const BenchOptions& o) {
 
 }  // namespace
 
+namespace {
+
+// A GPT training step (AdamW, like `gradus train --model gpt`) on random token windows.
+int bench_gpt(const BenchOptions& o, Device device) {
+  nn::GPTConfig config;
+  config.vocab_size = o.vocab_size;
+  config.block_size = o.gpt.context;
+  config.n_layer = o.gpt.layers;
+  config.n_head = o.gpt.heads;
+  config.n_embd = o.gpt.width;
+  nn::GPT model(config);
+  model.to(device);
+  model.train();
+  optim::AdamW optimizer(model.parameters());
+  std::vector<Tensor> xs, ys;
+  for (int64_t i = 0; i < kBenchBatches; ++i) {
+    xs.push_back(randint(0, o.vocab_size, {o.batch_size, o.gpt.context}, {DType::i64, device}));
+    ys.push_back(randint(0, o.vocab_size, {o.batch_size, o.gpt.context}, {DType::i64, device}));
+  }
+  const std::optional<DType> amp = amp_option(o.amp);
+  GRADUS_CHECK(amp != DType::f16, ValueError, "bench: --model gpt supports --amp off or bf16");
+  size_t next = 0;
+  double loss_value = 0;
+  auto step = [&] {
+    const size_t i = next++ % xs.size();
+    Tensor loss;
+    {
+      amp::Autocast autocast(amp.value_or(DType::bf16), amp.has_value());
+      const Tensor logits = model(xs[i]);
+      loss = cross_entropy(logits.reshape({-1, config.vocab_size}), ys[i].reshape({-1}));
+    }
+    loss.backward();
+    optimizer.step();
+    optimizer.zero_grad();
+    return loss.item();
+  };
+  for (int i = 0; i < o.warmup; ++i) step();
+  std::vector<double> times;
+  for (int r = 0; r < o.repeats; ++r) {
+    for (int s = 0; s < o.steps; ++s) {
+      const auto t0 = Clock::now();
+      loss_value = step();
+      times.push_back(ms_since(t0));
+    }
+  }
+  const double ms = median(times);
+  const nlohmann::ordered_json out = {
+      {"benchmark", "train_step"},
+      {"model", "gpt"},
+      {"parameters", model.num_parameters()},
+      {"layers", config.n_layer},
+      {"heads", config.n_head},
+      {"width", config.n_embd},
+      {"context", config.block_size},
+      {"vocab_size", config.vocab_size},
+      {"batch_size", o.batch_size},
+      {"threads", get_num_threads()},
+      {"device", device.str()},
+      {"amp", o.amp},
+      {"ms_per_step", ms},
+      {"ms_per_step_mean", mean(times)},
+      {"tokens_per_s", static_cast<double>(o.batch_size * o.gpt.context) / (ms * 1e-3)},
+      {"steps", o.steps},
+      {"warmup", o.warmup},
+      {"repeats", o.repeats},
+      {"final_loss", loss_value}};
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
 int run_bench(const BenchOptions& o) {
   if (!o.dist.empty()) return run_bench_dist(o);
   apply_threads(o.threads);
@@ -152,6 +224,7 @@ int run_bench(const BenchOptions& o) {
   if (o.compare_devices) return compare_devices(o);
   const Device device = resolve_device(o.device);
   if (o.gemm > 0) return bench_gemm(o, device);
+  if (o.model == "gpt") return bench_gpt(o, device);
 
   const std::string name = bench_model_name(o.model);
   const std::optional<DType> amp = amp_option(o.amp);
@@ -183,7 +256,7 @@ int run_bench(const BenchOptions& o) {
                                 {"warmup", o.warmup},
                                 {"repeats", o.repeats},
                                 {"final_loss", timing.last_loss}};
-  if (o.model != "cnn") {
+  if (o.model.rfind("mlp", 0) == 0) {
     out["linear_gflops"] = 2.0 * static_cast<double>(o.batch_size) *
                            (3.0 * linear_weights - first_layer) / (ms * 1e-3) / 1e9;
   }

@@ -16,6 +16,14 @@ class App;
 
 namespace gradus::cli {
 
+// The GPT's shape (--model gpt in train and bench).
+struct GptShape {
+  int64_t context = 64;  // block size
+  int64_t layers = 4;
+  int64_t heads = 4;
+  int64_t width = 128;
+};
+
 struct TrainOptions {
   std::string model = "mlp";
   std::string data = "fashion-mnist";
@@ -66,8 +74,35 @@ struct TrainOptions {
   double dist_timeout = 60.0;       // seconds any rank waits on a collective before giving up
   std::string lr_scaling = "none";  // linear: lr * batch_size / lr_reference_batch
   int64_t lr_reference_batch = 128;
+  // Language modelling (--model gpt, --data text|tokens; train_lm.cpp).
+  GptShape gpt;
+  std::string data_file;     // the text (--data text) or nanoGPT .bin tokens (--data tokens)
+  int64_t vocab_size = 0;    // --data tokens: 0 = the file's largest token + 1
+  int64_t iters = 2000;      // optimizer steps
+  int64_t eval_every = 250;  // steps between validation losses
+  int64_t eval_iters = 20;   // validation batches per evaluation
+  double min_lr = 1e-4;      // the cosine schedule's floor
+  double beta2 = 0.99;       // AdamW's second-moment decay
+  double grad_clip = 1.0;    // max global gradient norm (0: off)
 };
 int run_train(const TrainOptions& o);
+int run_train_lm(const TrainOptions& o);
+
+struct GenerateOptions {
+  std::string checkpoint;  // a --save file of `gradus train --model gpt`
+  std::string prompt = "\n";
+  int64_t tokens = 300;
+  double temperature = 0.8;
+  int64_t top_k = 40;
+  uint64_t seed = 0;
+  std::string device = "auto";
+};
+// Prints the prompt followed by the sampled continuation.
+int run_generate(const GenerateOptions& o);
+// The language-model flags of `train` and the `generate` subcommand (train_lm.cpp).
+void add_lm_train_options(CLI::App& train, TrainOptions& o);
+void add_gpt_shape_options(CLI::App& command, GptShape& shape);
+void add_generate_command(CLI::App& app, GenerateOptions& o);
 
 struct InspectOptions {
   std::string path;
@@ -97,6 +132,8 @@ struct BenchOptions {
   double dist_timeout = 60.0;
   bool no_overlap = false;  // ddp: all-reduce every bucket after backward
   double bucket_cap_mb = 25.0;
+  GptShape gpt;             // --model gpt: batch_size sequences of gpt.context tokens
+  int64_t vocab_size = 65;  // --model gpt (tinyshakespeare's characters)
 };
 int run_bench(const BenchOptions& o);
 int run_bench_dist(const BenchOptions& o);

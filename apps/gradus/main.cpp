@@ -100,12 +100,18 @@ void add_train(CLI::App& app, TrainOptions& o) {
   CLI::App* c = app.add_subcommand("train", "Train a model and report test accuracy");
   // A repeated option takes its last value, so scripts can append overrides to a base command.
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  c->add_option("--model", o.model, "Model: mlp or cnn (also mlp-bench, mlp-large, cnn-bench)")
-      ->check(CLI::IsMember(gradus::nn::model_names()))
+  std::vector<std::string> models = gradus::nn::model_names();
+  models.push_back("gpt");
+  c->add_option("--model", o.model,
+                "Model: mlp, cnn, resnet20, resnet18 (images; also mlp-bench, mlp-large, "
+                "cnn-bench) or gpt (text)")
+      ->check(CLI::IsMember(models))
       ->capture_default_str();
-  c->add_option("--data", o.data, "Dataset: fashion-mnist or mnist")
-      ->check(CLI::IsMember({"fashion-mnist", "mnist"}))
+  c->add_option("--data", o.data,
+                "Dataset: fashion-mnist or mnist (images), text or tokens (--model gpt)")
+      ->check(CLI::IsMember({"fashion-mnist", "mnist", "text", "tokens"}))
       ->capture_default_str();
+  gradus::cli::add_lm_train_options(*c, o);
   c->add_option("--data-dir", o.data_dir,
                 "Directory with the four IDX files (default for fashion-mnist: "
                 "/usr/share/datasets/fashion-mnist)");
@@ -255,8 +261,13 @@ void add_inspect(CLI::App& app, gradus::cli::InspectOptions& o) {
 void add_bench(CLI::App& app, BenchOptions& o) {
   CLI::App* c = app.add_subcommand(
       "bench", "Time full training steps (forward, loss, backward, Adam) or an SGEMM");
-  c->add_option("--model", o.model, "mlp (784-128-10), mlp-large (784-1024-1024-10) or cnn")
-      ->check(CLI::IsMember({"mlp", "mlp-large", "cnn"}))
+  c->add_option("--model", o.model,
+                "mlp (784-128-10), mlp-large (784-1024-1024-10), cnn, resnet20, resnet18 or gpt")
+      ->check(CLI::IsMember({"mlp", "mlp-large", "cnn", "resnet20", "resnet18", "gpt"}))
+      ->capture_default_str();
+  gradus::cli::add_gpt_shape_options(*c, o.gpt);
+  c->add_option("--vocab-size", o.vocab_size, "--model gpt: vocabulary size")
+      ->check(kPositive)
       ->capture_default_str();
   c->add_option("--batch-size", o.batch_size, "Examples per step")
       ->check(kPositive)
@@ -324,6 +335,8 @@ int main(int argc, char** argv) {
   gradus::cli::add_monitor_command(app, monitor);
   gradus::cli::PlotOptions plot;
   gradus::cli::add_plot_command(app, plot);
+  gradus::cli::GenerateOptions generate;
+  gradus::cli::add_generate_command(app, generate);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -336,6 +349,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("inspect")) return gradus::cli::run_inspect(inspect);
     if (app.got_subcommand("monitor")) return gradus::cli::run_monitor(monitor);
     if (app.got_subcommand("plot")) return gradus::cli::run_plot(plot);
+    if (app.got_subcommand("generate")) return gradus::cli::run_generate(generate);
     return gradus::cli::run_info(info_json);
   } catch (const std::exception& e) {  // gradus::Error and anything else: never an abort
     if (gradus::dist::is_initialized() && gradus::dist::world_size() > 1) {

@@ -82,9 +82,33 @@ std::shared_ptr<optim::LRScheduler> make_scheduler(const TrainOptions& o,
   return after;
 }
 
+// The image-classification task (MNIST-style datasets; every nn::make_model model).
+int run_train_images(const TrainOptions& options);
+
+// What `gradus train` can do: the first task that accepts the options runs them. A new task is
+// one entry here; a new model of an existing task is one registration in its factory
+// (nn::make_model for images).
+struct TrainTask {
+  const char* name;
+  bool (*accepts)(const TrainOptions&);
+  int (*run)(const TrainOptions&);
+};
+constexpr TrainTask kTrainTasks[] = {
+    {"language-model", [](const TrainOptions& o) { return o.model == "gpt"; }, run_train_lm},
+    {"image-classification", [](const TrainOptions&) { return true; }, run_train_images},
+};
+
 }  // namespace
 
 int run_train(const TrainOptions& options) {
+  for (const TrainTask& task : kTrainTasks) {
+    if (task.accepts(options)) return task.run(options);
+  }
+  throw ValueError("train: no task accepts --model " + options.model);
+}
+
+namespace {
+int run_train_images(const TrainOptions& options) {
   TrainOptions o = options;
   if (o.resume_or_start) o.resume = true;
   apply_threads(o.threads);
@@ -423,5 +447,7 @@ int run_train(const TrainOptions& options) {
   std::printf("test_accuracy=%.4f\n", result.accuracy);
   return 0;
 }
+
+}  // namespace
 
 }  // namespace gradus::cli
