@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""GPT training throughput: gradus vs PyTorch eager, same model, batch, context, threads, float32.
+
+    python3 bench/compare_gpt.py [--gradus build/apps/gradus/gradus] [--threads 2] [--repeats 5]
+
+The model is nanoGPT's (token + position embeddings, pre-norm blocks with causal self-attention
+through F.scaled_dot_product_attention and a GELU MLP, tied head) at the CPU configuration of its
+README: 4 layers, 4 heads, width 128, context 64, batch 12, vocabulary 65. One step = forward,
+cross-entropy, backward, AdamW step, on random token windows cycled from 16 batches (as
+`gradus bench --model gpt`). The two sides alternate --repeats times (order flipped each repeat);
+each run reports its median step time, and the script prints the median over runs of each side
+and the tokens/s ratio gradus / PyTorch (> 1: gradus is faster). Needs torch (pip).
+"""
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = nn.LayerNorm(width)
+        self.c_attn = nn.Linear(width, 3 * width)
+        self.attn_proj = nn.Linear(width, width)
+        self.ln_2 = nn.LayerNorm(width)
+        self.c_fc = nn.Linear(width, 4 * width)
+        self.mlp_proj = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (y.view(b, t, self.heads, c // self.heads).transpose(1, 2) for y in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.attn_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, context, layers, heads, width):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        return F.linear(self.ln_f(x), self.wte.weight)
+
+
+def torch_run(args):
+    model = GPT(args.vocab, args.context, args.layers, args.heads, args.width).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    xs = [torch.randint(0, args.vocab, (args.batch, args.context)) for _ in range(16)]
+    ys = [torch.randint(0, args.vocab, (args.batch, args.context)) for _ in range(16)]
+    times = []
+    for i in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        logits = model(xs[i % 16])
+        loss = F.cross_entropy(logits.view(-1, args.vocab), ys[i % 16].view(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()
+        if i >= args.warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def gradus_run(args):
+    cmd = [args.gradus, "bench", "--model", "gpt", "--batch-size", str(args.batch), "--context",
+           str(args.context), "--layers", str(args.layers), "--heads", str(args.heads), "--width",
+           str(args.width), "--vocab-size", str(args.vocab), "--threads", str(args.threads),
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", "cpu"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["ms_per_step"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--gradus", default="build/apps/gradus/gradus")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--batch", type=int, default=12)
+    p.add_argument("--context", type=int, default=64)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--width", type=int, default=128)
+    p.add_argument("--vocab", type=int, default=65)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    g, t = [], []
+    for r in range(args.repeats):
+        order = [("gradus", gradus_run), ("torch", torch_run)]
+        for name, fn in (order if r % 2 == 0 else order[::-1]):
+            (g if name == "gradus" else t).append(fn(args))
+    tokens = args.batch * args.context
+    gm, tm = statistics.median(g), statistics.median(t)
+    print(json.dumps({"benchmark": "gpt_train_step", "threads": args.threads, "batch": args.batch,
+                      "context": args.context, "layers": args.layers, "width": args.width,
+                      "torch": torch.__version__, "gradus_ms": round(gm, 2),
+                      "torch_ms": round(tm, 2), "gradus_tokens_per_s": round(tokens / gm * 1e3),
+                      "torch_tokens_per_s": round(tokens / tm * 1e3),
+                      "speedup": round(tm / gm, 3), "gradus_runs": [round(x, 1) for x in g],
+                      "torch_runs": [round(x, 1) for x in t]}))
+
+
+if __name__ == "__main__":
+    main()
