@@ -122,12 +122,15 @@ CpuSample CpuSampler::sample() {
   CpuSample s;
   const auto now = std::chrono::steady_clock::now();
   const double dt = std::chrono::duration<double>(now - last_time_).count();
+  // Process times advance in kernel ticks (10 ms): over a shorter interval one tick more or less
+  // would read as 0 % or thousands of percent, so such a reading has no rates.
+  const bool rates = dt >= 0.01;
   const Times t = read_times();
-  if (t.process_ticks && last_.process_ticks && dt > 0) {
+  if (rates && t.process_ticks && last_.process_ticks) {
     s.process_util_percent =
         100.0 * static_cast<double>(*t.process_ticks - *last_.process_ticks) / ticks_per_s_ / dt;
   }
-  if (t.system_total && last_.system_total && *t.system_total > *last_.system_total) {
+  if (rates && t.system_total && last_.system_total && *t.system_total > *last_.system_total) {
     s.system_util_percent = 100.0 * static_cast<double>(*t.system_busy - *last_.system_busy) /
                             static_cast<double>(*t.system_total - *last_.system_total);
   }
@@ -137,7 +140,7 @@ CpuSample CpuSampler::sample() {
     s.rss_bytes = resident * page_bytes_;
   }
   s.package_energy_j = rapl_.energy_joules();
-  if (s.package_energy_j && last_energy_j_ && dt > 0) {
+  if (rates && s.package_energy_j && last_energy_j_) {
     s.package_power_w = (*s.package_energy_j - *last_energy_j_) / dt;
   }
   last_ = t;

@@ -45,6 +45,7 @@ TEST(CpuSampler, ReadsAFakeProcTree) {
   CpuSampler sampler({.pid = 4242,
                       .proc_root = dir.path().string(),
                       .powercap_root = (dir.path() / "none").string()});
+  usleep(20000);  // rates need 10 ms between readings
   dir.write("4242/stat", head + "500 200 0 0 20 0 1 0 100 1000 50\n");
   // 300 more busy ticks (user + system) and 100 more idle ones: 75 % busy.
   dir.write("stat", "cpu  300 0 200 800 100 0 0 0 0 0\n");
@@ -52,8 +53,13 @@ TEST(CpuSampler, ReadsAFakeProcTree) {
   EXPECT_EQ(s.rss_bytes, 250u * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
   ASSERT_TRUE(s.system_util_percent);
   EXPECT_DOUBLE_EQ(*s.system_util_percent, 75.0);
-  ASSERT_TRUE(s.process_util_percent);  // 300 ticks over a very short time: a large number
-  EXPECT_GT(*s.process_util_percent, 0.0);
+  ASSERT_TRUE(s.process_util_percent);  // 300 ticks (3 s at 100 Hz) in about 20 ms
+  EXPECT_GT(*s.process_util_percent, 100.0);
+  // Back to back, a reading has no rates: a tick more or less would dominate them.
+  const CpuSample again = sampler.sample();
+  EXPECT_FALSE(again.process_util_percent);
+  EXPECT_FALSE(again.system_util_percent);
+  EXPECT_TRUE(again.rss_bytes);
   EXPECT_FALSE(s.package_energy_j);
   EXPECT_FALSE(s.package_power_w);
 }

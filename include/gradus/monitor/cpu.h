@@ -56,7 +56,8 @@ class CpuSampler {
   };
   CpuSampler() : CpuSampler(Options{}) {}
   explicit CpuSampler(Options options);
-  // Readings now; utilisation and power are averages since the previous call (or construction).
+  // Readings now; utilisation and power are averages since the previous call (or construction),
+  // absent when that was less than 10 ms ago.
   CpuSample sample();
   const std::string& rapl_status() const { return rapl_.status(); }
 
