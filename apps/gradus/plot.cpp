@@ -53,8 +53,8 @@ int run_plot(const PlotOptions& o) {
   const std::vector<plot::Panel> panels = plot::make_panels(runs, o.x);
   GRADUS_CHECK(!panels.empty(), ValueError, "plot: nothing to plot: no line of the ",
                runs.size() == 1 ? "file" : "files",
-               " has a loss, accuracy, throughput, memory, GPU or learning-rate value with a ",
-               o.x == "time" ? "time (elapsed_s or epoch_seconds)" : o.x);
+               " has a loss, accuracy, throughput, memory, GPU or learning-rate value with an x (",
+               o.x == "time" ? "elapsed_s or epoch_seconds" : o.x, ")");
   plot::render(panels, names, plot::x_label(o.x), o.output);
   std::string titles;
   for (const plot::Panel& p : panels) titles += (titles.empty() ? "" : ", ") + p.title;
