@@ -35,6 +35,7 @@
 #include "gradus/optim/optim.h"
 #include "progress.h"
 #include "run_state.h"
+#include "timing.h"
 #include "train_checkpoints.h"
 
 namespace gradus::cli {
@@ -109,6 +110,7 @@ int run_train(const TrainOptions& options) {
 
 namespace {
 int run_train_images(const TrainOptions& options) {
+  const auto run_start = Clock::now();
   TrainOptions o = options;
   if (o.resume_or_start) o.resume = true;
   apply_threads(o.threads);
@@ -421,6 +423,7 @@ int run_train_images(const TrainOptions& options) {
                                    {"lr", lr},
                                    {"peak_memory_bytes", peak},
                                    {"step", step},
+                                   {"elapsed_s", ms_since(run_start) / 1e3},
                                    {"model", o.model},
                                    {"device", device.str()}};
     if (amp_dtype) line["amp"] = o.amp;

@@ -170,6 +170,7 @@ int run_train_lm(const TrainOptions& o) {
   };
 
   model.train();
+  const auto run_start = Clock::now();
   double val_loss = NAN, window_loss = 0;
   int64_t window_steps = 0;
   auto window_start = Clock::now();
@@ -205,7 +206,8 @@ int run_train_lm(const TrainOptions& o) {
                                              {"train_loss", train_loss},
                                              {"val_loss", val_loss},
                                              {"lr", lr},
-                                             {"tokens_per_s", tokens_per_s}};
+                                             {"tokens_per_s", tokens_per_s},
+                                             {"elapsed_s", ms_since(run_start) / 1e3}};
         metrics << line.dump() << '\n';
         metrics.flush();
       }
