@@ -1,5 +1,7 @@
-// MLP, the small CNNs and the make_model factory used by the CLI.
+// MLP, the small CNNs and the make_model factory used by the CLI (ResNets: resnet.cpp).
 #include "gradus/nn/models.h"
+
+#include "gradus/nn/resnet.h"
 
 namespace gradus::nn {
 
@@ -74,7 +76,7 @@ std::shared_ptr<Sequential> bench_cnn(int64_t in_channels, int64_t num_classes,
 }
 
 std::vector<std::string> model_names() {
-  return {"mlp", "mlp-bench", "mlp-large", "cnn", "cnn-bench"};
+  return {"mlp", "mlp-bench", "mlp-large", "cnn", "cnn-bench", "resnet20", "resnet18"};
 }
 
 std::shared_ptr<Module> make_model(const std::string& name, const ModelSpec& spec) {
@@ -87,6 +89,10 @@ std::shared_ptr<Module> make_model(const std::string& name, const ModelSpec& spe
     return std::make_shared<MLP>(std::vector<int64_t>{in, 1024, 1024, spec.num_classes});
   if (name == "cnn") return small_cnn(spec.in_channels, spec.num_classes, spec.image_size);
   if (name == "cnn-bench") return bench_cnn(spec.in_channels, spec.num_classes, spec.image_size);
+  if (name == "resnet20") return resnet20(spec.in_channels, spec.num_classes);
+  // ImageNet's stem would shrink a 32x32 image to 8x8 before the first block.
+  if (name == "resnet18")
+    return resnet18(spec.in_channels, spec.num_classes, spec.image_size <= 64);
   std::string known;
   for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
   throw ValueError("make_model: unknown model \"" + name + "\" (available: " + known + ")");

@@ -58,6 +58,8 @@ struct ModelSpec {
 //   "mlp-large" MLP in-1024-1024-classes
 //   "cnn"       small_cnn (with BatchNorm)
 //   "cnn-bench" bench_cnn (without BatchNorm)
+//   "resnet20"  resnet20 (gradus/nn/resnet.h)
+//   "resnet18"  resnet18, with the small-input stem when image_size <= 64
 // Unknown names throw ValueError listing these.
 std::shared_ptr<Module> make_model(const std::string& name, const ModelSpec& spec = {});
 std::vector<std::string> model_names();

@@ -7,3 +7,4 @@
 #include "gradus/nn/layers.h"
 #include "gradus/nn/models.h"
 #include "gradus/nn/module.h"
+#include "gradus/nn/resnet.h"
