@@ -14,7 +14,8 @@ if [[ "${GRADUS_TEST_SANITIZERS:-1}" != 0 ]]; then
     -DGRADUS_USE_CUDA=OFF -DGRADUS_BUILD_EXAMPLES=OFF >/dev/null
   cmake --build "$asan_dir" -j"$(nproc)"
   # UBSan aborts on the first report (the code is also built with -fno-sanitize-recover); ASan's
-  # leak checker is on by default.
+  # leak checker is on by default, minus third-party caches listed in tests/lsan_suppressions.txt.
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    LSAN_OPTIONS="suppressions=$PWD/tests/lsan_suppressions.txt" \
     ctest --test-dir "$asan_dir" -L unit --output-on-failure -j"$(nproc)" "$@"
 fi
