@@ -256,7 +256,7 @@ int run_bench(const BenchOptions& o) {
                                 {"warmup", o.warmup},
                                 {"repeats", o.repeats},
                                 {"final_loss", timing.last_loss}};
-  if (o.model.rfind("mlp", 0) == 0) {
+  if (o.model.starts_with("mlp")) {
     out["linear_gflops"] = 2.0 * static_cast<double>(o.batch_size) *
                            (3.0 * linear_weights - first_layer) / (ms * 1e-3) / 1e9;
   }

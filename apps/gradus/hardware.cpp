@@ -14,7 +14,7 @@ std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
+    if (line.starts_with("model name")) {
       const size_t colon = line.find(':');
       if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
     }

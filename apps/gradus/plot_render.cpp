@@ -234,7 +234,7 @@ void render(const std::vector<Panel>& panels, const std::vector<std::string>& ru
   cairo_destroy(measure);
   const double height = legend + kPanelHeight * static_cast<double>(rows);
 
-  const bool svg = path.size() >= 4 && path.compare(path.size() - 4, 4, ".svg") == 0;
+  const bool svg = path.ends_with(".svg");
   Surface surface(svg ? cairo_svg_surface_create(path.c_str(), width, height)
                       : cairo_image_surface_create(CAIRO_FORMAT_ARGB32, static_cast<int>(width),
                                                    static_cast<int>(std::ceil(height))),

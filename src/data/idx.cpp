@@ -28,11 +28,6 @@ std::string hex(uint32_t v, int digits) {
   return buf;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::vector<uint8_t> read_raw(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   GRADUS_CHECK(in.good(), IOError, "read_idx: cannot open '", path, "': ", std::strerror(errno));
@@ -111,7 +106,7 @@ std::vector<uint8_t> read_file_maybe_gzip(const std::string& path) {
   std::vector<uint8_t> raw = read_raw(path);
   const bool is_gzip = raw.size() >= 2 && raw[0] == 0x1f && raw[1] == 0x8b;
   if (is_gzip) return gunzip(raw, path);
-  GRADUS_CHECK(!ends_with(path, ".gz"), IOError, "read_idx: '", path,
+  GRADUS_CHECK(!path.ends_with(".gz"), IOError, "read_idx: '", path,
                "' is not gzip data: a .gz file starts with the bytes 1f 8b, this one with ",
                raw.empty() ? std::string("nothing (it is empty)")
                            : hex(raw[0], 2) + (raw.size() > 1 ? " " + hex(raw[1], 2) : ""));

@@ -121,7 +121,7 @@ std::map<std::string, double> ZeroRedundancyOptimizer::group_options(size_t) con
   const optim::OptimizerState s = local_->state_dict();
   std::map<std::string, double> out;
   for (const auto& [k, v] : s.scalars) {
-    if (k.rfind("param_groups.0.", 0) == 0) out[k.substr(15)] = v;
+    if (k.starts_with("param_groups.0.")) out[k.substr(15)] = v;
   }
   out.erase("num_params");
   return out;
@@ -152,7 +152,7 @@ optim::OptimizerState ZeroRedundancyOptimizer::consolidated_state_dict() {
   optim::OptimizerState full;
   full.type = local.type;
   for (const auto& [k, v] : local.scalars) {
-    if (k.rfind("param_groups.", 0) == 0) full.scalars[k] = v;
+    if (k.starts_with("param_groups.")) full.scalars[k] = v;
   }
   full.scalars["param_groups.0.num_params"] = static_cast<double>(params.size());
   for (size_t b = 0; b < buffers_.size(); ++b) {
@@ -193,7 +193,7 @@ void ZeroRedundancyOptimizer::load_consolidated_state_dict(const optim::Optimize
   optim::OptimizerState local;
   local.type = full.type;
   for (const auto& [k, v] : full.scalars) {
-    if (k.rfind("param_groups.", 0) == 0) local.scalars[k] = v;
+    if (k.starts_with("param_groups.")) local.scalars[k] = v;
   }
   local.scalars["param_groups.0.num_params"] = static_cast<double>(buffers_.size());
   for (size_t b = 0; b < buffers_.size(); ++b) {

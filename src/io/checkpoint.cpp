@@ -33,10 +33,6 @@ constexpr const char* kModelPrefix = "model.";
 constexpr const char* kOptimPrefix = "optim.";
 constexpr const char* kExtraPrefix = "extra.";
 
-bool starts_with(const std::string& s, const char* prefix) {
-  return s.rfind(prefix, 0) == 0;
-}
-
 // Doubles as JSON numbers; inf/nan (which JSON cannot hold) as the strings "inf", "-inf", "nan".
 // nlohmann prints doubles with 17 significant digits, so values round-trip exactly.
 std::string encode_scalars(const std::map<std::string, double>& values) {
@@ -91,8 +87,8 @@ bool parse_int(const std::string& s, T& out) {
 int64_t step_of_filename(const std::string& name) {
   static const std::string prefix = "ckpt-", suffix = ".safetensors";
   if (name.size() <= prefix.size() + suffix.size()) return -1;
-  if (!starts_with(name, prefix.c_str())) return -1;
-  if (name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return -1;
+  if (!name.starts_with(prefix)) return -1;
+  if (!name.ends_with(suffix)) return -1;
   const std::string digits =
       name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
   if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
@@ -160,7 +156,7 @@ void read_checkpoint_metadata(const std::map<std::string, std::string>& meta,
   s.scaler = decode_scalars(required(meta, "scaler", path), path, "scaler");
   s.config = required(meta, "config", path);
   for (const auto& [k, v] : meta) {
-    if (starts_with(k, kExtraPrefix)) s.extra[k.substr(std::strlen(kExtraPrefix))] = v;
+    if (k.starts_with(kExtraPrefix)) s.extra[k.substr(std::strlen(kExtraPrefix))] = v;
   }
 }
 
@@ -450,11 +446,11 @@ TrainingState load_checkpoint(const std::string& path) {
   // Tensors come back in file order, which is the order they were saved in (model first, in
   // state_dict order), so the StateDict keeps PyTorch's registration order.
   for (auto& [name, t] : f.tensors) {
-    if (starts_with(name, kModelPrefix)) {
+    if (name.starts_with(kModelPrefix)) {
       s.model.insert(name.substr(std::strlen(kModelPrefix)), t);
-    } else if (starts_with(name, kOptimPrefix)) {
+    } else if (name.starts_with(kOptimPrefix)) {
       s.optimizer.tensors[name.substr(std::strlen(kOptimPrefix))] = t;
-    } else if (starts_with(name, kExtraPrefix)) {
+    } else if (name.starts_with(kExtraPrefix)) {
       s.extra_tensors[name.substr(std::strlen(kExtraPrefix))] = t;
     } else {
       throw IOError(detail::str_cat(path, ": checkpoint tensor '", name,

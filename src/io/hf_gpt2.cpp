@@ -11,20 +11,15 @@
 namespace gradus::io {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Conv1D weights stored [in, out] by transformers.
 bool is_conv1d_weight(const std::string& name) {
-  return ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_proj.weight") ||
-         ends_with(name, "mlp.c_fc.weight") || ends_with(name, "mlp.c_proj.weight");
+  return name.ends_with("attn.c_attn.weight") || name.ends_with("attn.c_proj.weight") ||
+         name.ends_with("mlp.c_fc.weight") || name.ends_with("mlp.c_proj.weight");
 }
 
 // The mask buffers older transformers versions saved (not weights).
 bool is_mask_buffer(const std::string& name) {
-  return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias");
+  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
 }
 
 }  // namespace
@@ -72,9 +67,8 @@ void load_hf_gpt2_weights(nn::GPT& model, const std::string& path) {
   for (auto& [name, t] : file.tensors) {
     if (is_mask_buffer(name)) continue;
     // Some exports drop the "transformer." prefix (GPT2Model rather than GPT2LMHeadModel).
-    std::string key = name.rfind("transformer.", 0) == 0 || name == "lm_head.weight"
-                          ? name
-                          : "transformer." + name;
+    std::string key =
+        name.starts_with("transformer.") || name == "lm_head.weight" ? name : "transformer." + name;
     state.insert(key, is_conv1d_weight(key) ? t.t().contiguous() : t);
   }
   // The tied head is usually not stored: it is the token embedding.

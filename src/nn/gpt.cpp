@@ -100,11 +100,10 @@ GPT::GPT(const GPTConfig& c) : config(c) {
   NoGradGuard no_grad;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer));
   for (auto& [name, p] : named_parameters()) {
-    const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
     if (name.find(".ln_") != std::string::npos || name.find("ln_f.") != std::string::npos) {
       continue;  // LayerNorms keep ones / zeros
     }
-    if (is_bias) {
+    if (name.ends_with(".bias")) {
       init::zeros_(p);
     } else if (name.find("c_proj.weight") != std::string::npos) {
       init::normal_(p, 0.0, residual_std);

@@ -42,7 +42,7 @@ std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t) {
 }
 
 double calculate_gain(const std::string& nl, double param) {
-  if (nl == "linear" || nl == "identity" || nl == "sigmoid" || nl.rfind("conv", 0) == 0) return 1.0;
+  if (nl == "linear" || nl == "identity" || nl == "sigmoid" || nl.starts_with("conv")) return 1.0;
   if (nl == "tanh") return 5.0 / 3.0;
   if (nl == "relu") return std::sqrt(2.0);
   if (nl == "leaky_relu") return std::sqrt(2.0 / (1.0 + param * param));

@@ -129,7 +129,7 @@ void Optimizer::load_state_dict(const OptimizerState& sd) {
   // Group options and sizes.
   std::vector<std::map<std::string, double>> options(groups_.size());
   for (const auto& [key, value] : sd.scalars) {
-    if (key.rfind("param_groups.", 0) == 0) {
+    if (key.starts_with("param_groups.")) {
       const size_t dot = key.find('.', 13);
       GRADUS_CHECK(dot != std::string::npos, ValueError, op, ": malformed key \"", key, "\"");
       const size_t g = static_cast<size_t>(std::strtoull(key.c_str() + 13, nullptr, 10));
@@ -152,7 +152,7 @@ void Optimizer::load_state_dict(const OptimizerState& sd) {
   std::vector<std::vector<ParamState>> fresh(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g) fresh[g].resize(groups_[g].size());
   for (const auto& [key, value] : sd.scalars) {
-    if (key.rfind("param_groups.", 0) == 0) continue;
+    if (key.starts_with("param_groups.")) continue;
     size_t index;
     std::string name;
     GRADUS_CHECK(parse_state_key(key, index, name) && name == "step", ValueError, op,

@@ -48,7 +48,7 @@ TEST(Freeze, FrozenPrefixGetsNoGradientAndStaysUnchanged) {
   EXPECT_EQ(net->freeze("features.", /*keep_norm_eval=*/true), 4);  // conv w, b; bn w, b
   std::vector<Tensor> frozen, trained;
   for (auto& [name, p] : net->named_parameters()) {
-    (name.rfind("features.", 0) == 0 ? frozen : trained).push_back(p);
+    (name.starts_with("features.") ? frozen : trained).push_back(p);
     EXPECT_EQ(p.requires_grad(), name.rfind("features.", 0) != 0) << name;
   }
   const auto frozen_before = values(frozen), trained_before = values(trained);
