@@ -35,18 +35,10 @@ int bench_gemm(const BenchOptions& o, Device device) {
   const Tensor a = randn({n, n}, {DType::f32, device}).to(dtype);
   const Tensor b = randn({n, n}, {DType::f32, device}).to(dtype);
   NoGradGuard no_grad;
-  Tensor c;
-  for (int i = 0; i < std::max(o.warmup, 1); ++i) c = matmul(a, b);
-  sync(c);
-  std::vector<double> times;
-  for (int r = 0; r < o.repeats; ++r) {
-    for (int s = 0; s < o.steps; ++s) {
-      const auto t0 = Clock::now();
-      c = matmul(a, b);
-      sync(c);
-      times.push_back(ms_since(t0));
-    }
-  }
+  const std::vector<double> times = time_steps(std::max(o.warmup, 1), o.steps, o.repeats, [&] {
+    const Tensor c = matmul(a, b);
+    sync(c);
+  });
   const double ms = median(times);
   const double gflops = 2.0 * static_cast<double>(n) * n * n / (ms * 1e-3) / 1e9;
   const nlohmann::ordered_json out = {{"benchmark", "gemm"},        {"n", n},
@@ -105,15 +97,8 @@ StepTiming time_training_step(const std::string& model_name, int64_t batch_size,
     scaler.update();
     return loss.item();  // waits for the device
   };
-  for (int i = 0; i < warmup; ++i) step();
-  std::vector<double> times;
-  for (int r = 0; r < repeats; ++r) {
-    for (int s = 0; s < steps; ++s) {
-      const auto t0 = Clock::now();
-      result.last_loss = step();
-      times.push_back(ms_since(t0));
-    }
-  }
+  const std::vector<double> times =
+      time_steps(warmup, steps, repeats, [&] { result.last_loss = step(); });
   result.median_ms = median(times);
   result.mean_ms = mean(times);
   return result;
@@ -181,15 +166,8 @@ int bench_gpt(const BenchOptions& o, Device device) {
     optimizer.zero_grad();
     return loss.item();
   };
-  for (int i = 0; i < o.warmup; ++i) step();
-  std::vector<double> times;
-  for (int r = 0; r < o.repeats; ++r) {
-    for (int s = 0; s < o.steps; ++s) {
-      const auto t0 = Clock::now();
-      loss_value = step();
-      times.push_back(ms_since(t0));
-    }
-  }
+  const std::vector<double> times =
+      time_steps(o.warmup, o.steps, o.repeats, [&] { loss_value = step(); });
   const double ms = median(times);
   const nlohmann::ordered_json out = {
       {"benchmark", "train_step"},

@@ -128,15 +128,8 @@ int run_bench_dist(const BenchOptions& o) {
   group->barrier()->wait();
   const dist::CommStats before = group->stats();
   const dist::DDPStats ddp_before = ddp ? ddp->stats() : dist::DDPStats{};
-  std::vector<double> times;
   double last_loss = 0;
-  for (int r = 0; r < o.repeats; ++r) {
-    for (int s = 0; s < o.steps; ++s) {
-      const auto t0 = Clock::now();
-      last_loss = step();
-      times.push_back(ms_since(t0));
-    }
-  }
+  const std::vector<double> times = time_steps(0, o.steps, o.repeats, [&] { last_loss = step(); });
   const int timed = o.steps * o.repeats;
   const dist::CommStats after = group->stats();
   const double sent = static_cast<double>(after.bytes_sent - before.bytes_sent) / timed;

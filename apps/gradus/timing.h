@@ -26,4 +26,22 @@ inline double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : s / static_cast<double>(v.size());
 }
 
+// Calls step() `warmup` times untimed, then `repeats` x `steps` times, and returns each timed
+// call's wall time in ms. step must wait for its device work (read a value back) so that a time is
+// the step's whole latency.
+template <typename Step>
+std::vector<double> time_steps(int warmup, int steps, int repeats, Step&& step) {
+  for (int i = 0; i < warmup; ++i) step();
+  std::vector<double> times;
+  times.reserve(static_cast<size_t>(steps) * static_cast<size_t>(std::max(repeats, 0)));
+  for (int r = 0; r < repeats; ++r) {
+    for (int s = 0; s < steps; ++s) {
+      const auto t0 = Clock::now();
+      step();
+      times.push_back(ms_since(t0));
+    }
+  }
+  return times;
+}
+
 }  // namespace gradus::cli
