@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "gradus/core/dtype.h"
@@ -164,6 +167,10 @@ void add_plot_command(CLI::App& app, PlotOptions& o);
 // Shared by the commands: applies --threads (0 keeps the default) and resolves --device,
 // checking that a requested CUDA device exists.
 void apply_threads(int threads);
+// A number followed by one of `units` (suffix -> multiplier; "" for a bare number): the number
+// times the unit's multiplier, or nullopt when either part is not recognised or it is not finite.
+std::optional<double> number_with_unit(
+    const std::string& text, std::initializer_list<std::pair<std::string_view, double>> units);
 // "1GiB", "512MiB", "1.5G", "2e9" -> bytes (> 0, finite); ValueError naming the text otherwise.
 size_t parse_byte_size(const std::string& text);
 Device resolve_device(const std::string& name);

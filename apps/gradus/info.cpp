@@ -31,28 +31,39 @@ void apply_threads(int threads) {
   }
 }
 
-size_t parse_byte_size(const std::string& text) {
+std::optional<double> number_with_unit(
+    const std::string& text, std::initializer_list<std::pair<std::string_view, double>> units) {
   size_t pos = 0;
   double v = 0;
   try {
     v = std::stod(text, &pos);
   } catch (const std::exception&) {
-    pos = 0;
+    return std::nullopt;
   }
-  const std::string unit = text.substr(pos);
-  double mult = 0;
-  if (unit.empty() || unit == "B") mult = 1;
-  if (unit == "K" || unit == "KiB") mult = 1024.0;
-  if (unit == "M" || unit == "MiB") mult = 1024.0 * 1024;
-  if (unit == "G" || unit == "GiB") mult = 1024.0 * 1024 * 1024;
-  if (unit == "KB") mult = 1e3;
-  if (unit == "MB") mult = 1e6;
-  if (unit == "GB") mult = 1e9;
-  GRADUS_CHECK(pos > 0 && mult > 0 && std::isfinite(v) && v * mult >= 1 && v * mult < 1e18,
-               ValueError, "'", text,
+  const std::string_view unit = std::string_view(text).substr(pos);
+  for (const auto& [suffix, multiplier] : units) {
+    if (unit == suffix && std::isfinite(v * multiplier)) return v * multiplier;
+  }
+  return std::nullopt;
+}
+
+size_t parse_byte_size(const std::string& text) {
+  constexpr double kKi = 1024.0;
+  const std::optional<double> bytes = number_with_unit(text, {{"", 1},
+                                                              {"B", 1},
+                                                              {"K", kKi},
+                                                              {"KiB", kKi},
+                                                              {"M", kKi * kKi},
+                                                              {"MiB", kKi * kKi},
+                                                              {"G", kKi * kKi * kKi},
+                                                              {"GiB", kKi * kKi * kKi},
+                                                              {"KB", 1e3},
+                                                              {"MB", 1e6},
+                                                              {"GB", 1e9}});
+  GRADUS_CHECK(bytes && *bytes >= 1 && *bytes < 1e18, ValueError, "'", text,
                "' is not a size: expected a positive number of bytes with an optional unit "
                "(KiB, MiB, GiB, KB, MB, GB), e.g. 512MiB");
-  return static_cast<size_t>(v * mult);
+  return static_cast<size_t>(*bytes);
 }
 
 std::optional<DType> amp_option(const std::string& value) {

@@ -118,22 +118,12 @@ void print_row(const std::vector<Column>& cols, bool csv,
 }  // namespace
 
 std::chrono::milliseconds parse_interval(const std::string& text) {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    pos = 0;
-  }
-  const std::string unit = text.substr(pos);
-  const double ms = unit == "ms"                  ? v
-                    : unit.empty() || unit == "s" ? v * 1e3
-                    : unit == "m"                 ? v * 6e4
-                                                  : -1;
-  GRADUS_CHECK(pos > 0 && std::isfinite(v) && ms >= 10 && ms <= 86400e3, ValueError, "'", text,
+  const std::optional<double> ms =
+      number_with_unit(text, {{"ms", 1}, {"", 1e3}, {"s", 1e3}, {"m", 6e4}});
+  GRADUS_CHECK(ms && *ms >= 10 && *ms <= 86400e3, ValueError, "'", text,
                "' is not an interval: expected a number with an optional unit (ms, s, m) from "
                "10ms to 24 hours, e.g. 500ms or 2s");
-  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(ms)));
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(*ms)));
 }
 
 void add_monitor_command(CLI::App& app, MonitorOptions& o) {
