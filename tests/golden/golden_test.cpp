@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 
+#include "golden/golden_util.h"
 #include "gradus/io/safetensors.h"
 #include "gradus/nn/nn.h"
 #include "gradus/optim/optim.h"
@@ -20,48 +21,8 @@
 namespace gradus {
 namespace {
 
-const io::SafetensorsFile& golden(const std::string& file) {
-  static std::map<std::string, io::SafetensorsFile> cache;
-  auto it = cache.find(file);
-  if (it == cache.end()) {
-    it = cache
-             .emplace(file,
-                      io::read_safetensors(std::string(GRADUS_TEST_DATA_DIR) + "/golden/" + file))
-             .first;
-  }
-  return it->second;
-}
-
-struct Tol {
-  double rtol, atol;
-};
-
-// |actual - expected| <= atol + rtol |expected| everywhere; reports the worst element.
-::testing::AssertionResult close(const Tensor& actual, const Tensor& expected, Tol tol,
-                                 const std::string& what) {
-  if (!actual.defined()) return ::testing::AssertionFailure() << what << ": undefined";
-  if (actual.sizes() != expected.sizes()) {
-    return ::testing::AssertionFailure() << what << ": shape " << shape_str(actual.sizes())
-                                         << ", PyTorch " << shape_str(expected.sizes());
-  }
-  const std::vector<double> a = actual.to_vector<double>(), e = expected.to_vector<double>();
-  size_t bad = 0, worst = 0;
-  double worst_ratio = -1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double bound = tol.atol + tol.rtol * std::abs(e[i]);
-    const double err = std::abs(a[i] - e[i]);
-    if (!(err <= bound)) {
-      ++bad;
-      const double ratio = std::isnan(err) ? INFINITY : err / bound;
-      if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
-    }
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << what << " " << shape_str(actual.sizes()) << ": " << bad << " of " << a.size()
-         << " elements differ from PyTorch (rtol " << tol.rtol << ", atol " << tol.atol
-         << "); worst flat index " << worst << ": gradus " << a[worst] << ", PyTorch " << e[worst];
-}
+using golden::close;
+using golden::Tol;
 
 std::string tag(DType t) {
   return t == DType::f64 ? "f64" : "f32";
@@ -185,7 +146,7 @@ class GoldenOps : public ::testing::TestWithParam<OpParam> {};
 TEST_P(GoldenOps, MatchesPyTorch) {
   const GoldenOp& g = golden_ops()[GetParam().index];
   const DType dt = GetParam().dtype;
-  const io::SafetensorsFile& file = golden("ops.safetensors");
+  const io::SafetensorsFile& file = golden::file("ops.safetensors");
   // float64: only the order of floating-point operations differs from PyTorch's float64 run.
   const Tol tol = dt == DType::f64 ? Tol{1e-9, 1e-12} : Tol{1e-5 * g.f32_scale, 1e-6 * g.f32_scale};
 
@@ -268,7 +229,7 @@ void PrintTo(const ModelParam& p, std::ostream* os) {
 
 class GoldenModel : public ::testing::TestWithParam<ModelParam> {
  protected:
-  const io::SafetensorsFile& file() const { return golden(GetParam().name + ".safetensors"); }
+  const io::SafetensorsFile& file() const { return golden::file(GetParam().name + ".safetensors"); }
   DType dtype() const { return GetParam().dtype; }
   // Whole models in float32 against float64 PyTorch: rounding errors of ~10 chained ops, some of
   // them 784-long dot products, add up beyond the single-op 1e-5 relative bound.
@@ -371,7 +332,7 @@ INSTANTIATE_TEST_SUITE_P(Golden, GoldenModel,
 // The golden files themselves: present, from the generator, and small.
 TEST(GoldenFiles, ComeFromTheGeneratorScript) {
   for (const char* f : {"ops.safetensors", "mlp.safetensors", "cnn.safetensors"}) {
-    const io::SafetensorsFile& file = golden(f);
+    const io::SafetensorsFile& file = golden::file(f);
     ASSERT_TRUE(file.metadata.count("source")) << f;
     EXPECT_EQ(file.metadata.at("source"), "tools/make_golden.py") << f;
     EXPECT_FALSE(file.tensors.empty()) << f;

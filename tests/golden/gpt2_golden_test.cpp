@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "golden/golden_util.h"
 #include "gradus/gradus.h"
 #include "support/test_util.h"
 
@@ -15,17 +16,12 @@ using testing::all_close;
 
 const std::string kDir = std::string(GRADUS_TEST_DATA_DIR) + "/golden/";
 
-struct Golden {
-  io::SafetensorsFile file = io::read_safetensors(kDir + "gpt2.safetensors");
-  const Tensor& at(const std::string& name) const { return file.at(name); }
-};
-
 class HfGpt2 : public ::testing::TestWithParam<DType> {};
 
 TEST_P(HfGpt2, LogitsLossGradientsAndAdamWStepMatchTransformers) {
   const DType dtype = GetParam();
   const double tol = dtype == DType::f64 ? 1e-9 : 2e-4;
-  const Golden g;
+  const io::SafetensorsFile& g = golden::file("gpt2.safetensors");
   std::shared_ptr<nn::GPT> model = io::load_hf_gpt2(kDir + "hf_gpt2");
   model->to(dtype);
   EXPECT_EQ(model->config.n_layer, 2);

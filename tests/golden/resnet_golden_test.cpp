@@ -7,6 +7,7 @@
 // differs) and in float32.
 #include <cmath>
 
+#include "golden/golden_util.h"
 #include "gradus/io/safetensors.h"
 #include "gradus/nn/nn.h"
 #include "support/test_util.h"
@@ -14,47 +15,18 @@
 namespace gradus {
 namespace {
 
-const io::SafetensorsFile& golden() {
-  static const io::SafetensorsFile file =
-      io::read_safetensors(std::string(GRADUS_TEST_DATA_DIR) + "/golden/resnet.safetensors");
-  return file;
-}
-
-// |actual - expected| <= rtol (|expected| + max|expected|) everywhere: relative to each element,
-// with a floor relative to the tensor's largest element. The floor is for elements that are sums
-// of cancelling terms (BatchNorm's input gradient sums to zero over the batch), whose error scales
-// with the terms, not with the small result. Reports the worst element.
+// Relative to each element, with a floor relative to the tensor's largest element (BatchNorm's
+// input gradient sums to zero over the batch: its error scales with the terms).
 ::testing::AssertionResult close(const Tensor& actual, const Tensor& expected, double rtol,
                                  const std::string& what) {
-  if (!actual.defined()) return ::testing::AssertionFailure() << what << ": undefined";
-  if (actual.sizes() != expected.sizes()) {
-    return ::testing::AssertionFailure() << what << ": shape " << shape_str(actual.sizes())
-                                         << ", PyTorch " << shape_str(expected.sizes());
-  }
-  const std::vector<double> a = actual.to_vector<double>(), e = expected.to_vector<double>();
-  double scale = 0;
-  for (double v : e) scale = std::max(scale, std::abs(v));
-  size_t bad = 0, worst = 0;
-  double worst_ratio = -1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double err = std::abs(a[i] - e[i]), bound = rtol * (std::abs(e[i]) + scale);
-    if (err <= bound) continue;
-    ++bad;
-    const double ratio = std::isnan(err) ? INFINITY : err / bound;
-    if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << what << " " << shape_str(actual.sizes()) << ": " << bad << " of " << a.size()
-         << " elements differ from PyTorch (rtol " << rtol << "); worst flat index " << worst
-         << ": gradus " << a[worst] << ", PyTorch " << e[worst];
+  return golden::close(actual, expected, {.rtol = rtol, .atol = 0, .relative_floor = true}, what);
 }
 
 // The parameter is the dtype's name ("f64", "f32"), which also names the test.
 class GoldenResNet : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenResNet, TrainStepAndEvalMatchPyTorch) {
-  const io::SafetensorsFile& file = golden();
+  const io::SafetensorsFile& file = golden::file("resnet.safetensors");
   const DType dt = GetParam() == "f64" ? DType::f64 : DType::f32;
   // float64: summation order alone (it passes at 1e-13 here). float32: 20 layers of rounding;
   // the worst element is ~3e-6 here. That holds because the generator picked data whose ReLU
@@ -102,7 +74,7 @@ INSTANTIATE_TEST_SUITE_P(Golden, GoldenResNet, ::testing::Values("f64", "f32"),
                          });
 
 TEST(GoldenResNetFile, ComesFromTheGeneratorScript) {
-  const io::SafetensorsFile& file = golden();
+  const io::SafetensorsFile& file = golden::file("resnet.safetensors");
   ASSERT_TRUE(file.metadata.count("source"));
   EXPECT_EQ(file.metadata.at("source"), "tools/make_resnet_golden.py");
   EXPECT_EQ(file.metadata.at("model"), "resnet20(in_channels=1, num_classes=10, width=8)");
