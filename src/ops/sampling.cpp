@@ -40,9 +40,9 @@ ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim) {
   Shape idx_shape = xt.sizes();
   if (!idx_shape.empty()) idx_shape.back() = k;
   Tensor idx = from_vector<int64_t>(picked, idx_shape, {.dtype = DType::i64}).to(x.device());
-  if (x.dim() == 0) {
-    idx = idx.reshape({});
-    return {k == 0 ? x.reshape({1}).narrow(0, 0, 0) : x, idx};
+  if (x.dim() == 0) {  // one element: itself (0-dim) for k = 1, nothing ([0]) for k = 0
+    return k == 0 ? ValuesIndices{x.reshape({1}).narrow(0, 0, 0), idx}
+                  : ValuesIndices{x, idx.reshape({})};
   }
   idx = idx.transpose(d, -1).contiguous();
   return {gather(x, d, idx), idx};

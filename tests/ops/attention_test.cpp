@@ -176,6 +176,19 @@ TEST(FusedAttentionMemory, PeakDoesNotGrowWithTheScoreMatrix) {
   EXPECT_GT(comp, scores) << "the composite must materialise the scores (sanity of the probe)";
 }
 
+// No keys (Tk = 0): every output row is an empty weighted sum, 0, and so is dQ.
+TEST(FusedAttentionEdges, NoKeysGivesZeros) {
+  Tensor q = random_tensor({2, 3, 4}, fresh_seed()).set_requires_grad();
+  Tensor k = zeros({2, 0, 4}, {.dtype = DType::f64}).set_requires_grad();
+  Tensor v = zeros({2, 0, 5}, {.dtype = DType::f64}).set_requires_grad();
+  const Tensor out = scaled_dot_product_attention(q, k, v);
+  ASSERT_EQ(out.sizes(), (Shape{2, 3, 5}));
+  EXPECT_EQ(max(abs(out)).item(), 0.0);
+  sum(mul(out, random_tensor({2, 3, 5}, fresh_seed()))).backward();
+  EXPECT_EQ(max(abs(q.grad())).item(), 0.0);
+  EXPECT_EQ(k.grad().sizes(), (Shape{2, 0, 4}));
+}
+
 TEST(FusedAttentionErrors, NameWhatIsWrong) {
   const Tensor q = randn({2, 4, 8}), k = randn({2, 5, 8}), v = randn({2, 5, 6});
   EXPECT_THROW(scaled_dot_product_attention(q, randn({2, 5, 7}), v), ShapeError);
@@ -237,6 +250,12 @@ TEST(Sampling, TopkMatchesASortAndCarriesTheGradient) {
   const ValuesIndices c = topk(tensor({1, 3, 3, 2}, {4, 1}), 2, 0);
   EXPECT_EQ(c.indices.to_vector<int64_t>(), (std::vector<int64_t>{1, 2}));
   EXPECT_THROW(topk(x, 11, 1), ValueError);
+  // A 0-dim input is one element: k = 1 gives it back (0-dim), k = 0 gives nothing.
+  const Tensor s = scalar_tensor(2.5);
+  EXPECT_EQ(topk(s, 1).values.item(), 2.5);
+  EXPECT_EQ(topk(s, 1).indices.dim(), 0);
+  EXPECT_EQ(topk(s, 0).values.numel(), 0);
+  EXPECT_EQ(topk(s, 0).indices.numel(), 0);
 }
 
 TEST(Sampling, MultinomialFollowsTheWeights) {
