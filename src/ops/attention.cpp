@@ -69,28 +69,28 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   }
   const Tensor qf = fold(q, batch), kf = fold(k, batch), vf = fold(v, batch);
   const DType stat = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor out = new_empty({batch, tq, v.size(-1)}, q.dtype(), q.device());
-  Tensor lse = new_empty({batch, tq}, stat, q.device());
-  backend_of(q).attention(qf, kf, vf, out, lse, args);
+  const Tensor out3 = new_empty({batch, tq, v.size(-1)}, q.dtype(), q.device());
+  const Tensor lse = new_empty({batch, tq}, stat, q.device());
+  backend_of(q).attention(qf, kf, vf, out3, lse, args);
   Shape out_shape = q.sizes();
   out_shape.back() = v.size(-1);
-  out = out.as_strided_raw(out_shape, contiguous_strides(out_shape), 0);
-  return record("scaled_dot_product_attention", out, {q, k, v},
-                [args, sq = SavedTensor(qf), sk = SavedTensor(kf), sv = SavedTensor(vf),
-                 so = SavedTensor(out), sl = SavedTensor(lse), qs = q.sizes(), ks = k.sizes(),
+  // The kernels work on the folded [batch, T, D] tensors; the backward saves those (the output
+  // is a view of out3's storage, so an in-place change to it is still caught).
+  auto unfold = [](const Tensor& t, const Shape& shape) {
+    return t.as_strided_raw(shape, contiguous_strides(shape), 0);
+  };
+  return record("scaled_dot_product_attention", unfold(out3, out_shape), {q, k, v},
+                [args, unfold, sq = SavedTensor(qf), sk = SavedTensor(kf), sv = SavedTensor(vf),
+                 so = SavedTensor(out3), sl = SavedTensor(lse), qs = q.sizes(), ks = k.sizes(),
                  vs = v.sizes()](const TensorList& g, const NeedsGrad&) {
-                  const Tensor qv = sq.get(), kv = sk.get(), vv = sv.get(), ov = so.get();
+                  const Tensor qv = sq.get(), kv = sk.get(), vv = sv.get();
                   Tensor gq = new_empty(qv.sizes(), qv.dtype(), qv.device());
                   Tensor gk = new_empty(kv.sizes(), kv.dtype(), kv.device());
                   Tensor gv = new_empty(vv.sizes(), vv.dtype(), vv.device());
                   const Tensor go = fold(cast_raw(g[0], qv.dtype()), qv.size(0));
-                  const Tensor o3 = ov.as_strided_raw(
-                      {qv.size(0), qv.size(1), vv.size(2)},
-                      contiguous_strides({qv.size(0), qv.size(1), vv.size(2)}), ov.offset());
-                  backend_of(qv).attention_backward(go, qv, kv, vv, o3, sl.get(), gq, gk, gv, args);
-                  return TensorList{gq.as_strided_raw(qs, contiguous_strides(qs), 0),
-                                    gk.as_strided_raw(ks, contiguous_strides(ks), 0),
-                                    gv.as_strided_raw(vs, contiguous_strides(vs), 0)};
+                  backend_of(qv).attention_backward(go, qv, kv, vv, so.get(), sl.get(), gq, gk, gv,
+                                                    args);
+                  return TensorList{unfold(gq, qs), unfold(gk, ks), unfold(gv, vs)};
                 });
 }
 
