@@ -37,6 +37,7 @@
 #include "run_state.h"
 #include "timing.h"
 #include "train_checkpoints.h"
+#include "train_outputs.h"
 
 namespace gradus::cli {
 
@@ -128,33 +129,14 @@ int run_train_images(const TrainOptions& options) {
   if (o.detect_anomaly) set_detect_anomaly(true);
 
   // Fail on an unwritable metrics file or --save path before spending time on training.
-  std::ofstream metrics;
-  if (!o.metrics.empty() && lead) {
-    metrics.open(o.metrics, std::ios::app);
-    GRADUS_CHECK(metrics.good(), IOError, "train: cannot open the metrics file '", o.metrics,
-                 "' for appending");
-  }
-  if (!o.save.empty()) {
-    const std::filesystem::path parent = std::filesystem::path(o.save).parent_path();
-    std::error_code ec;
-    GRADUS_CHECK(parent.empty() || std::filesystem::is_directory(parent, ec), IOError,
-                 "train: --save ", o.save, ": the directory '", parent.string(),
-                 "' does not exist");
-    if (lead) io::probe_writable_directory(parent.string(), "train: --save " + o.save, false);
-  }
+  MetricsFile metrics(lead ? o.metrics : "");
+  check_save_path(o.save, lead);
   // One writer per checkpoint directory, for the whole run (released by the kernel at exit).
   std::unique_ptr<io::DirectoryLock> checkpoint_lock;
   if (!o.checkpoint_dir.empty() && lead) {
     checkpoint_lock = std::make_unique<io::DirectoryLock>(o.checkpoint_dir);
     io::probe_writable_directory(o.checkpoint_dir, "train: --checkpoint-dir", true);
   }
-  auto write_metrics = [&](const nlohmann::ordered_json& line) {
-    if (!metrics.is_open()) return;
-    metrics << line.dump() << '\n';
-    metrics.flush();
-    GRADUS_CHECK(metrics.good(), IOError, "train: writing the metrics file '", o.metrics,
-                 "' failed");
-  };
 
   const bool mnist = o.data == "mnist";
   GRADUS_CHECK(!mnist || !o.data_dir.empty(), ValueError,
@@ -377,7 +359,7 @@ int run_train_images(const TrainOptions& options) {
       progress.last_lr = lr;
       samples_here += n;
       if (o.log_every > 0 && step % o.log_every == 0) {
-        write_metrics({{"step", step}, {"epoch", epoch + 1}, {"loss", value}, {"lr", lr}});
+        metrics.write({{"step", step}, {"epoch", epoch + 1}, {"loss", value}, {"lr", lr}});
       }
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) {
         checkpoints.save(step, next, progress);
@@ -433,7 +415,7 @@ int run_train_images(const TrainOptions& options) {
       std::fprintf(stderr, "gradus train: loss scale %g, %lld step(s) skipped on overflow\n",
                    scaler.get_scale(), static_cast<long long>(scaler.skipped_steps()));
     }
-    write_metrics(line);
+    metrics.write(line);
     if (o.checkpoint_every == 0) checkpoints.save(step, {epoch + 1, 0}, {});
   }
   // The final state (a --resume of a finished run finds nothing left to do).

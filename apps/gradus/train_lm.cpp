@@ -13,8 +13,10 @@
 #include <sstream>
 
 #include "commands.h"
+#include "evaluation.h"
 #include "gradus/gradus.h"
 #include "timing.h"
+#include "train_outputs.h"
 
 namespace gradus::cli {
 namespace {
@@ -148,11 +150,8 @@ int run_train_lm(const TrainOptions& o) {
       static_cast<long long>(config.block_size), o.data_file.c_str(),
       static_cast<long long>(train_tokens.size()), static_cast<long long>(val_tokens.size()),
       static_cast<long long>(vocab_size), device.str().c_str());
-  std::ofstream metrics;
-  if (!o.metrics.empty()) {
-    metrics.open(o.metrics, std::ios::app);
-    GRADUS_CHECK(metrics.good(), IOError, "train: cannot open the metrics file '", o.metrics, "'");
-  }
+  MetricsFile metrics(o.metrics);
+  check_save_path(o.save, true);
 
   // The same val_batches windows at every evaluation, so the curve compares like with like.
   auto evaluate = [&] {
@@ -201,22 +200,19 @@ int run_train_lm(const TrainOptions& o) {
       std::printf("step %lld: train_loss %.4f val_loss=%.4f lr %.2e %.0f tokens/s\n",
                   static_cast<long long>(step + 1), train_loss, val_loss, lr, tokens_per_s);
       std::fflush(stdout);
-      if (metrics.is_open()) {
-        const nlohmann::ordered_json line = {{"step", step + 1},
-                                             {"train_loss", train_loss},
-                                             {"val_loss", val_loss},
-                                             {"lr", lr},
-                                             {"tokens_per_s", tokens_per_s},
-                                             {"elapsed_s", ms_since(run_start) / 1e3}};
-        metrics << line.dump() << '\n';
-        metrics.flush();
-      }
+      metrics.write({{"step", step + 1},
+                     {"train_loss", train_loss},
+                     {"val_loss", val_loss},
+                     {"lr", lr},
+                     {"tokens_per_s", tokens_per_s},
+                     {"elapsed_s", ms_since(run_start) / 1e3}});
       window_loss = 0;
       window_steps = 0;
       window_start = Clock::now();
     }
   }
   if (!o.save.empty()) {
+    check_finite_parameters(model, "--save " + o.save);
     std::map<std::string, std::string> meta = {{"format", "pt"},
                                                {"gradus.model", "gpt"},
                                                {"gradus.gpt_config", config_json(config).dump()}};
