@@ -267,4 +267,30 @@ ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim = -1);
 // need not sum to 1), drawn with replacement from `gen` -> i64 [N, num_samples] or [num_samples].
 Tensor multinomial(const Tensor& probs, int64_t num_samples, Generator* gen = nullptr);
 
+// ---------------------------------------------------- image augmentation (src/ops/augment.cpp)
+// Data transforms of an image batch x [N, C, H, W] (u8 or floating; normalisation needs floating)
+// on x's device, like torchvision's RandomCrop(padding), RandomHorizontalFlip and Normalize but
+// with parameters drawn per sample, deterministically from the generator: each random op
+// reserves one Philox block per sample and sample n uses block offset + n (crop offsets from words
+// 0 and 1, the flip from word 2; src/backend/augment_params.h), identical on every device and
+// whatever the batch's split (pipeline micro-batches, BatchSliceGuard). They are not
+// differentiable: they record no graph and refuse an input that requires grad in grad mode.
+//
+// The [H, W] window at a random offset of x zero-padded by `padding` (0 <= padding <= min(H, W)).
+Tensor random_crop(const Tensor& x, int64_t padding, Generator* gen = nullptr);
+// Each sample mirrored along W with probability p.
+Tensor random_horizontal_flip(const Tensor& x, double p = 0.5, Generator* gen = nullptr);
+// (x - mean[c]) / std[c] per channel; mean and std hold C values (or one, for every channel).
+Tensor normalize(const Tensor& x, const std::vector<double>& mean, const std::vector<double>& std);
+struct ImageAugmentOptions {
+  int64_t crop_padding = 0;       // 0: no crop
+  double flip_p = 0.0;            // 0: no flip
+  std::vector<double> mean, std;  // empty: no normalisation
+};
+// Crop, flip and normalisation in one pass over the batch (one block per sample for crop and flip
+// together): equals normalize(random_horizontal_flip(random_crop(x, padding, g), p, g'), mean,
+// std) where g' is g's state before the crop drew.
+Tensor augment_images(const Tensor& x, const ImageAugmentOptions& options,
+                      Generator* gen = nullptr);
+
 }  // namespace gradus

@@ -151,6 +151,18 @@ struct AttentionArgs {
   PhiloxState rng;
 };
 
+// Per-sample image augmentation of x [N, C, H, W] (random crop with zero padding, horizontal
+// flip, per-channel normalisation, in that order), parameters from one Philox block per sample:
+// sample n reads block rng.offset + n (words w0..w3; see augment_params.h). Either part may be off.
+struct ImageAugmentArgs {
+  int64_t padding = 0;  // crop: the output is the [H, W] window at (dy, dx) of the padded image
+  double flip_p = 0.0;  // mirror the (cropped) sample along W with this probability
+  PhiloxState rng;
+  // Empty: no normalisation. Else C values each: out = (v - mean[c]) / std[c], computed in the
+  // compute type (float; double for f64), padding zeros included (torchvision's order).
+  std::vector<double> mean, std;
+};
+
 struct SgdArgs {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
@@ -308,6 +320,11 @@ class Backend {
   // as it is. One pass over each tensor, no host synchronisation.
   virtual void unscale_and_check(const std::vector<Tensor>& tensors, double scale,
                                  const Tensor& found_inf) = 0;
+
+  // ---- data augmentation ----
+  // x, out [N, C, H, W] contiguous, one dtype (u8 or floating; floating when normalising).
+  // Bit-identical on every backend for the same args.
+  virtual void augment_images(const Tensor& x, const Tensor& out, const ImageAugmentArgs& args) = 0;
 };
 
 // The registry lives in src/ops/dispatch.cpp: gradus::autograd sits above the backends, links

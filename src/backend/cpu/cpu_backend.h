@@ -112,6 +112,8 @@ class CpuBackend final : public Backend {
                  const std::vector<Tensor>& max_exp_avg_sq, const AdamArgs& args) override;
   void unscale_and_check(const std::vector<Tensor>& tensors, double scale,
                          const Tensor& found_inf) override;
+  // augment.cpp
+  void augment_images(const Tensor& x, const Tensor& out, const ImageAugmentArgs& args) override;
 };
 
 // u[k] = uint_to_unit_float(word(first + k)) of the Philox stream at `state` (random.cpp): the

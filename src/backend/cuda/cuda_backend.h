@@ -100,6 +100,8 @@ class CudaBackend final : public Backend {
                           const AttentionArgs& args) override;
   void unscale_and_check(const std::vector<Tensor>& tensors, double scale,
                          const Tensor& found_inf) override;
+  // augment.cpp / augment.cu
+  void augment_images(const Tensor& x, const Tensor& out, const ImageAugmentArgs& args) override;
 };
 
 }  // namespace gradus::backend::cuda

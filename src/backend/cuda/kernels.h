@@ -234,4 +234,21 @@ void launch_adam(const TensorList& l, const AdamArgs& a, cudaStream_t stream);
 // amp: l.param[k] *= scale in place; *found_inf = 1 where an element was not finite.
 void launch_unscale(const TensorList& l, double scale, float* found_inf, cudaStream_t stream);
 
+// ---------------------------------------------------------------------------- augment.cu
+// x, out [n, c, h, w] contiguous, one dtype (u8 or floating). Normalisation constants travel as a
+// kernel argument (no device copy, no host synchronisation), hence the channel limit.
+inline constexpr int kMaxAugmentChannels = 64;
+struct AugmentLaunch {
+  const void* x = nullptr;
+  void* out = nullptr;
+  DType dtype = DType::f32;
+  int64_t n = 0, c = 0, h = 0, w = 0, padding = 0;
+  float flip_p = 0.0f;
+  PhiloxState rng;
+  bool normalise = false;
+  double mean[kMaxAugmentChannels] = {};
+  double std[kMaxAugmentChannels] = {};
+};
+void launch_augment_images(const AugmentLaunch& a, cudaStream_t stream);
+
 }  // namespace gradus::backend::cuda
