@@ -272,9 +272,9 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, Generator* gen = nu
 // on x's device, like torchvision's RandomCrop(padding), RandomHorizontalFlip and Normalize but
 // with parameters drawn per sample, deterministically from the generator: each random op
 // reserves one Philox block per sample and sample n uses block offset + n (crop offsets from words
-// 0 and 1, the flip from word 2; src/backend/augment_params.h), identical on every device and
-// whatever the batch's split (pipeline micro-batches, BatchSliceGuard). They are not
-// differentiable: they record no graph and refuse an input that requires grad in grad mode.
+// 0 and 1, the flip from word 2; src/backend/augment_params.h), identical on every device. They
+// are not differentiable: they record no graph and refuse an input that requires grad in grad
+// mode.
 //
 // The [H, W] window at a random offset of x zero-padded by `padding` (0 <= padding <= min(H, W)).
 Tensor random_crop(const Tensor& x, int64_t padding, Generator* gen = nullptr);

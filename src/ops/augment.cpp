@@ -45,10 +45,10 @@ void per_channel(const std::vector<double>& mean, const std::vector<double>& std
   }
 }
 
-// One block per sample from the generator (the whole batch's inside a BatchSliceGuard).
-PhiloxState draw(Generator* gen, int64_t samples, const char* op) {
+// One Philox block per sample.
+PhiloxState draw(Generator* gen, int64_t samples) {
   Generator& g = gen != nullptr ? *gen : default_generator();
-  return reserve_rows(g, samples, 4, op).state;
+  return g.reserve(static_cast<uint64_t>(samples));
 }
 
 Tensor run(const Tensor& x, const backend::ImageAugmentArgs& args) {
@@ -75,7 +75,7 @@ Tensor random_crop(const Tensor& x, int64_t padding, Generator* gen) {
   check_padding("random_crop", x, padding);
   backend::ImageAugmentArgs args;
   args.padding = padding;
-  args.rng = draw(gen, x.size(0), "random_crop");
+  args.rng = draw(gen, x.size(0));
   return run(x, args);
 }
 
@@ -84,7 +84,7 @@ Tensor random_horizontal_flip(const Tensor& x, double p, Generator* gen) {
   check_probability("random_horizontal_flip", p);
   backend::ImageAugmentArgs args;
   args.flip_p = p;
-  args.rng = draw(gen, x.size(0), "random_horizontal_flip");
+  args.rng = draw(gen, x.size(0));
   return run(x, args);
 }
 
@@ -104,7 +104,7 @@ Tensor augment_images(const Tensor& x, const ImageAugmentOptions& o, Generator* 
   args.padding = o.crop_padding;
   args.flip_p = o.flip_p;
   if (normalising) per_channel(o.mean, o.std, x.size(1), args);
-  if (o.crop_padding > 0 || o.flip_p > 0) args.rng = draw(gen, x.size(0), "augment_images");
+  if (o.crop_padding > 0 || o.flip_p > 0) args.rng = draw(gen, x.size(0));
   return run(x, args);
 }
 
