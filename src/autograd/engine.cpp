@@ -7,6 +7,7 @@
 
 #include "autograd/node.h"
 #include "gradus/autograd.h"
+#include "gradus/core/profiling.h"
 #include "gradus/ops.h"
 #include "ops/autocast.h"
 
@@ -39,6 +40,14 @@ void accumulate(Tensor& slot, const Tensor& grad) {
   } else {
     slot = add(slot, grad);
   }
+}
+
+// The profiler's name for a node's backward: "<op>_backward" for the ops' nodes (named after
+// their op, lower case), the node's own name for the others (AccumulateGrad, hooks).
+std::string backward_event_name(const Node& node) {
+  std::string name = node.name();
+  if (!name.empty() && name[0] >= 'a' && name[0] <= 'z') name += "_backward";
+  return name;
 }
 
 struct CompareSequence {
@@ -124,7 +133,11 @@ TensorList run_backward(const std::vector<std::pair<Edge, Tensor>>& roots, bool 
       }
       if (dynamic_cast<AccumulateGrad*>(node) != nullptr) continue;
     }
-    TensorList out = node->apply(std::move(grads));
+    TensorList out;
+    {
+      GRADUS_PROFILE_SCOPE_NAMED(backward, backward_event_name(*node));
+      out = node->apply(std::move(grads));
+    }
     if (is_anomaly_enabled()) {
       check_finite(out, "the gradient computed by the backward of '" + node->name() + "'",
                    node->creation_trace);
@@ -188,12 +201,14 @@ void queue_callback(std::function<void()> fn) {
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
               bool retain_graph) {
+  GRADUS_PROFILE_SCOPE(backward, "backward");
   autograd::run_backward(autograd::make_roots(outputs, grad_outputs, "backward"), retain_graph, {});
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, bool retain_graph,
                          bool allow_unused) {
+  GRADUS_PROFILE_SCOPE(backward, "grad");
   std::vector<autograd::Edge> capture;
   for (size_t i = 0; i < inputs.size(); ++i) {
     GRADUS_CHECK(inputs[i].defined() && inputs[i].requires_grad(), AutogradError, "grad: input ", i,

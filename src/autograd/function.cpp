@@ -7,6 +7,7 @@
 
 #include "autograd/node.h"
 #include "gradus/autograd.h"
+#include "gradus/core/profiling.h"
 #include "gradus/ops.h"
 
 namespace gradus::autograd {
@@ -49,6 +50,7 @@ const char* intern(const std::string& name) {
 TensorList apply(const std::shared_ptr<Function>& fn, const TensorList& inputs) {
   GRADUS_CHECK(fn != nullptr, ValueError, "autograd::apply: the function is null");
   const std::string name = fn->name();
+  GRADUS_PROFILE_SCOPE_NAMED(op, name);
   auto ctx = std::make_shared<FunctionContext>();
   const bool recording = any_requires_grad(inputs);
   ctx->needs_.resize(inputs.size());

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "gradus/autograd.h"
+#include "gradus/core/profiling.h"
 #include "gradus/ops.h"
 
 namespace gradus::autograd {
@@ -89,6 +90,8 @@ bool any_requires_grad(const TensorList& inputs) {
 
 TensorList record_multi(const char* name, TensorList outputs, const TensorList& inputs,
                         BackwardFn fn) {
+  // Every op ends here, recorded or not: the one place to give its profiler scope the shapes.
+  GRADUS_PROFILE_TENSORS(inputs, outputs.empty() ? nullptr : &outputs[0]);
   const bool anomaly = is_anomaly_enabled();
   if (anomaly) {
     check_finite(outputs, std::string("the forward of '") + name + "'", capture_call_stack());
@@ -115,7 +118,10 @@ TensorList record_multi(const char* name, TensorList outputs, const TensorList& 
 }
 
 Tensor record(const char* name, Tensor output, const TensorList& inputs, BackwardFn fn) {
-  if (!any_requires_grad(inputs)) return output;
+  if (!any_requires_grad(inputs)) {
+    GRADUS_PROFILE_TENSORS(inputs, &output);
+    return output;
+  }
   return record_multi(name, {std::move(output)}, inputs, std::move(fn))[0];
 }
 

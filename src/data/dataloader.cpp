@@ -12,6 +12,7 @@
 
 #include "gradus/autograd.h"
 #include "gradus/core/error.h"
+#include "gradus/core/profiling.h"
 
 namespace gradus::data {
 
@@ -65,7 +66,10 @@ class DataLoader::EpochRun {
       // No more threads than batches left (counted before any worker touches next_claim_).
       const int64_t threads = std::min<int64_t>(workers, end_ - start_batch);
       for (int64_t w = 0; w < threads; ++w) {
-        threads_.emplace_back([this] { worker(); });
+        threads_.emplace_back([this, w] {
+          profiling::set_thread_name("dataloader worker " + std::to_string(w));
+          worker();
+        });
       }
       advance();
     } catch (...) {
@@ -91,6 +95,8 @@ class DataLoader::EpochRun {
       loader_->position_ = {loader_->position_.epoch + 1, 0};
       return;
     }
+    // The loop's view: with workers, how long it waited for a batch; without, the whole load.
+    GRADUS_PROFILE_SCOPE(data, "dataloader.next");
     const int64_t b = next_consume_;
     if (threads_.empty()) {
       current_ = load(b);
@@ -120,6 +126,7 @@ class DataLoader::EpochRun {
   };
 
   Example load(int64_t b) const {
+    GRADUS_PROFILE_SCOPE(data, "dataloader.load");
     const DataLoaderOptions& o = loader_->options_;
     const int64_t n = static_cast<int64_t>(order_.size());
     const auto [first, last] = loader_->batch_range(b, n);

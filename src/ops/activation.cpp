@@ -38,6 +38,7 @@ Tensor unary_backward(UnaryOp op, const Tensor& g, const Tensor& y) {
 }  // namespace
 
 Tensor relu(const Tensor& x) {
+  GRADUS_PROFILE_OP("relu");
   Tensor out = activation_forward(UnaryOp::relu, "relu", x);
   // The output's sign pattern equals the input's, so saving the output is enough.
   return record("relu", out, {x}, [so = SavedTensor(out)](const TensorList& g, const NeedsGrad&) {
@@ -46,6 +47,7 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  GRADUS_PROFILE_OP("leaky_relu");
   Tensor out = activation_forward(UnaryOp::leaky_relu, "leaky_relu", x, negative_slope);
   return record("leaky_relu", out, {x},
                 [sx = SavedTensor(x), negative_slope](const TensorList& g, const NeedsGrad&) {
@@ -55,6 +57,7 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
 }
 
 Tensor gelu(const Tensor& x, GeluApproximation approximate) {
+  GRADUS_PROFILE_OP("gelu");
   const bool tanh_form = approximate == GeluApproximation::tanh;
   Tensor out = activation_forward(tanh_form ? UnaryOp::gelu_tanh : UnaryOp::gelu, "gelu", x);
   return record(
@@ -65,6 +68,7 @@ Tensor gelu(const Tensor& x, GeluApproximation approximate) {
 }
 
 Tensor silu(const Tensor& x) {
+  GRADUS_PROFILE_OP("silu");
   Tensor out = activation_forward(UnaryOp::silu, "silu", x);
   return record("silu", out, {x}, [sx = SavedTensor(x)](const TensorList& g, const NeedsGrad&) {
     return TensorList{binary_backward(BinaryOp::silu_backward, g[0], sx.get())};
@@ -72,6 +76,7 @@ Tensor silu(const Tensor& x) {
 }
 
 Tensor sigmoid(const Tensor& x) {
+  GRADUS_PROFILE_OP("sigmoid");
   Tensor out = activation_forward(UnaryOp::sigmoid, "sigmoid", x);
   return record(
       "sigmoid", out, {x}, [so = SavedTensor(out)](const TensorList& g, const NeedsGrad&) {
@@ -80,6 +85,7 @@ Tensor sigmoid(const Tensor& x) {
 }
 
 Tensor tanh(const Tensor& x) {
+  GRADUS_PROFILE_OP("tanh");
   Tensor out = activation_forward(UnaryOp::tanh, "tanh", x);
   return record("tanh", out, {x}, [so = SavedTensor(out)](const TensorList& g, const NeedsGrad&) {
     return TensorList{unary_backward(UnaryOp::tanh_grad_from_output, g[0], so.get())};
@@ -87,6 +93,7 @@ Tensor tanh(const Tensor& x) {
 }
 
 Tensor softplus(const Tensor& x, double beta, double threshold) {
+  GRADUS_PROFILE_OP("softplus");
   if (AutocastInputs cast{"softplus", {&x}}) return softplus(cast[0], beta, threshold);
   GRADUS_CHECK(beta != 0, ValueError, "softplus: beta must be non-zero");
   Tensor out = activation_forward(UnaryOp::softplus, "softplus", x, beta, threshold);

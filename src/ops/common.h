@@ -6,6 +6,7 @@
 #include "autograd/node.h"
 #include "backend/backend.h"
 #include "gradus/autograd.h"
+#include "gradus/core/profiling.h"
 #include "gradus/ops.h"
 
 namespace gradus::ops {

@@ -1,8 +1,12 @@
 // The backend registry. gradus::autograd links every backend built and registers them before the
 // first op runs (a static initialiser here, plus a lazy check in backend_for).
 #include "backend/backend.h"
+#include "gradus/core/profiling.h"
 
 namespace gradus::backend {
+#if GRADUS_HAS_CUDA
+profiling::DeviceTimer* cuda_device_timer();  // src/backend/cuda/profiler_timer.cpp
+#endif
 namespace {
 
 Backend* g_backends[2] = {nullptr, nullptr};
@@ -11,6 +15,7 @@ bool register_all() {
   g_backends[static_cast<int>(DeviceType::CPU)] = cpu_backend();
 #if GRADUS_HAS_CUDA
   g_backends[static_cast<int>(DeviceType::CUDA)] = cuda_backend();
+  profiling::set_device_timer(cuda_device_timer());  // the profiler's GPU time
 #endif
   return true;
 }

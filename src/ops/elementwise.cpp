@@ -71,6 +71,7 @@ using namespace ops;
 
 // ------------------------------------------------------------------------------- arithmetic
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
+  GRADUS_PROFILE_OP("add");
   Tensor out = binary_kernel(BinaryOp::add, "add", a, b, alpha, arithmetic_dtype(a, b),
                              arithmetic_dtype(a, b));
   return record(
@@ -83,6 +84,7 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
+  GRADUS_PROFILE_OP("sub");
   Tensor out = binary_kernel(BinaryOp::sub, "sub", a, b, alpha, arithmetic_dtype(a, b),
                              arithmetic_dtype(a, b));
   return record(
@@ -94,6 +96,7 @@ Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("mul");
   Tensor out =
       binary_kernel(BinaryOp::mul, "mul", a, b, 0, arithmetic_dtype(a, b), arithmetic_dtype(a, b));
   return record("mul", out, {a, b},
@@ -105,6 +108,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("div");
   const DType t = float_dtype(arithmetic_dtype(a, b));
   Tensor out = binary_kernel(BinaryOp::div, "div", a, b, 0, t, t);
   return record(
@@ -132,15 +136,19 @@ Tensor affine(const char* name, const Tensor& x, double scale, double shift) {
 }  // namespace
 
 Tensor add(const Tensor& a, double b) {
+  GRADUS_PROFILE_OP("add");
   return affine("add", a, 1.0, b);
 }
 Tensor sub(const Tensor& a, double b) {
+  GRADUS_PROFILE_OP("sub");
   return affine("sub", a, 1.0, -b);
 }
 Tensor mul(const Tensor& a, double b) {
+  GRADUS_PROFILE_OP("mul");
   return affine("mul", a, b, 0.0);
 }
 Tensor div(const Tensor& a, double b) {
+  GRADUS_PROFILE_OP("div");
   check_defined("div", {&a});
   if (!is_floating(a.dtype())) return div(a.to(DType::f32), b);
   return affine("div", a, 1.0 / b, 0.0);
@@ -174,6 +182,7 @@ Tensor operator+(double a, const Tensor& b) {
   return add(b, a);
 }
 Tensor operator-(double a, const Tensor& b) {
+  GRADUS_PROFILE_OP("rsub");
   return affine("rsub", b, -1.0, a);
 }
 Tensor operator*(double a, const Tensor& b) {
@@ -187,6 +196,7 @@ Tensor operator-(const Tensor& a) {
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("pow");
   if (AutocastInputs cast{"pow", {&a, &b}}) return pow(cast[0], cast[1]);
   const DType t = arithmetic_dtype(a, b);
   Tensor out = binary_kernel(BinaryOp::pow, "pow", a, b, 0, t, t);
@@ -210,6 +220,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 }
 
 Tensor pow(const Tensor& a, double exponent) {
+  GRADUS_PROFILE_OP("pow");
   if (AutocastInputs cast{"pow", {&a}}) return pow(cast[0], exponent);
   Tensor out = exponent == 2.0 && is_floating(a.dtype())
                    ? unary_kernel(UnaryOp::square, "pow", a)
@@ -226,6 +237,7 @@ Tensor pow(const Tensor& a, double exponent) {
 }
 
 Tensor pow(double base, const Tensor& exponent) {
+  GRADUS_PROFILE_OP("pow");
   if (AutocastInputs cast{"pow", {&exponent}}) return pow(base, cast[0]);
   Tensor out = float_unary(UnaryOp::rpow_scalar, "pow", exponent, base);
   return record("pow", out, {exponent},
@@ -266,13 +278,16 @@ Tensor trunc_div(const Tensor& a, const Tensor& b, bool floor_mode) {
 }  // namespace
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("maximum");
   return extremum(BinaryOp::maximum, "maximum", a, b);
 }
 Tensor minimum(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("minimum");
   return extremum(BinaryOp::minimum, "minimum", a, b);
 }
 
 Tensor atan2(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("atan2");
   const DType t = float_dtype(arithmetic_dtype(a, b));
   Tensor out = binary_kernel(BinaryOp::atan2, "atan2", a, b, 0, t, t);
   return record("atan2", out, {a, b},
@@ -287,6 +302,7 @@ Tensor atan2(const Tensor& a, const Tensor& b) {
 }
 
 Tensor fmod(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("fmod");
   const DType t = arithmetic_dtype(a, b);
   Tensor out = binary_kernel(BinaryOp::fmod, "fmod", a, b, 0, t, t);
   return record("fmod", out, {a, b},
@@ -301,6 +317,7 @@ Tensor fmod(const Tensor& a, const Tensor& b) {
 }
 
 Tensor remainder(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("remainder");
   const DType t = arithmetic_dtype(a, b);
   Tensor out = binary_kernel(BinaryOp::remainder, "remainder", a, b, 0, t, t);
   return record("remainder", out, {a, b},
@@ -316,21 +333,27 @@ Tensor remainder(const Tensor& a, const Tensor& b) {
 
 // ------------------------------------------------------------------------- comparisons, logic
 Tensor eq(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("eq");
   return comparison(BinaryOp::eq, "eq", a, b);
 }
 Tensor ne(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("ne");
   return comparison(BinaryOp::ne, "ne", a, b);
 }
 Tensor lt(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("lt");
   return comparison(BinaryOp::lt, "lt", a, b);
 }
 Tensor le(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("le");
   return comparison(BinaryOp::le, "le", a, b);
 }
 Tensor gt(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("gt");
   return comparison(BinaryOp::gt, "gt", a, b);
 }
 Tensor ge(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("ge");
   return comparison(BinaryOp::ge, "ge", a, b);
 }
 Tensor eq(const Tensor& a, double b) {
@@ -352,23 +375,29 @@ Tensor ge(const Tensor& a, double b) {
   return ge(a, scalar_like(b, a));
 }
 Tensor logical_and(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("logical_and");
   return binary_kernel(BinaryOp::logical_and, "logical_and", a, b, 0, DType::boolean,
                        DType::boolean);
 }
 Tensor logical_or(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("logical_or");
   return binary_kernel(BinaryOp::logical_or, "logical_or", a, b, 0, DType::boolean, DType::boolean);
 }
 Tensor logical_xor(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("logical_xor");
   return binary_kernel(BinaryOp::logical_xor, "logical_xor", a, b, 0, DType::boolean,
                        DType::boolean);
 }
 Tensor logical_not(const Tensor& a) {
+  GRADUS_PROFILE_OP("logical_not");
   return unary_kernel(UnaryOp::logical_not, "logical_not", a, 0, 0, DType::boolean, true);
 }
 Tensor isnan(const Tensor& a) {
+  GRADUS_PROFILE_OP("isnan");
   return unary_kernel(UnaryOp::isnan, "isnan", a, 0, 0, DType::boolean, true);
 }
 Tensor isinf(const Tensor& a) {
+  GRADUS_PROFILE_OP("isinf");
   return unary_kernel(UnaryOp::isinf, "isinf", a, 0, 0, DType::boolean, true);
 }
 Tensor isfinite(const Tensor& a) {
@@ -401,12 +430,14 @@ using S = const SavedTensor&;
 }  // namespace
 
 Tensor neg(const Tensor& x) {
+  GRADUS_PROFILE_OP("neg");
   Tensor out = unary_kernel(UnaryOp::neg, "neg", x);
   return record("neg", out, {x},
                 [](const TensorList& g, const NeedsGrad&) { return TensorList{neg(g[0])}; });
 }
 
 Tensor abs(const Tensor& x) {
+  GRADUS_PROFILE_OP("abs");
   Tensor out = unary_kernel(UnaryOp::abs, "abs", x);
   return record("abs", out, {x}, [sx = SavedTensor(x)](const TensorList& g, const NeedsGrad&) {
     Tensor gx = new_empty(g[0].sizes(), g[0].dtype(), g[0].device());
@@ -416,61 +447,76 @@ Tensor abs(const Tensor& x) {
 }
 
 Tensor sign(const Tensor& x) {
+  GRADUS_PROFILE_OP("sign");
   return unary_flat(UnaryOp::sign, "sign", x);
 }
 Tensor floor(const Tensor& x) {
+  GRADUS_PROFILE_OP("floor");
   return unary_flat(UnaryOp::floor, "floor", x);
 }
 Tensor ceil(const Tensor& x) {
+  GRADUS_PROFILE_OP("ceil");
   return unary_flat(UnaryOp::ceil, "ceil", x);
 }
 Tensor round(const Tensor& x) {
+  GRADUS_PROFILE_OP("round");
   return unary_flat(UnaryOp::round, "round", x);
 }
 
 Tensor exp(const Tensor& x) {
+  GRADUS_PROFILE_OP("exp");
   return unary_op(UnaryOp::exp, "exp", x, [](const Tensor& g, S, S o) { return mul(g, o.get()); });
 }
 Tensor log(const Tensor& x) {
+  GRADUS_PROFILE_OP("log");
   return unary_op(UnaryOp::log, "log", x, [](const Tensor& g, S i, S) { return div(g, i.get()); });
 }
 Tensor log1p(const Tensor& x) {
+  GRADUS_PROFILE_OP("log1p");
   return unary_op(UnaryOp::log1p, "log1p", x,
                   [](const Tensor& g, S i, S) { return div(g, add(i.get(), 1.0)); });
 }
 Tensor expm1(const Tensor& x) {
+  GRADUS_PROFILE_OP("expm1");
   return unary_op(UnaryOp::expm1, "expm1", x,
                   [](const Tensor& g, S, S o) { return mul(g, add(o.get(), 1.0)); });
 }
 Tensor sqrt(const Tensor& x) {
+  GRADUS_PROFILE_OP("sqrt");
   return unary_op(UnaryOp::sqrt, "sqrt", x,
                   [](const Tensor& g, S, S o) { return div(g, mul(o.get(), 2.0)); });
 }
 Tensor rsqrt(const Tensor& x) {
+  GRADUS_PROFILE_OP("rsqrt");
   return unary_op(UnaryOp::rsqrt, "rsqrt", x, [](const Tensor& g, S, S o) {
     Tensor y = o.get();
     return mul(g, mul(mul(y, mul(y, y)), -0.5));
   });
 }
 Tensor reciprocal(const Tensor& x) {
+  GRADUS_PROFILE_OP("reciprocal");
   return unary_op(UnaryOp::reciprocal, "reciprocal", x, [](const Tensor& g, S, S o) {
     Tensor y = o.get();
     return neg(mul(g, mul(y, y)));
   });
 }
 Tensor square(const Tensor& x) {
+  GRADUS_PROFILE_OP("square");
   return unary_op(UnaryOp::square, "square", x,
                   [](const Tensor& g, S i, S) { return mul(g, mul(i.get(), 2.0)); });
 }
 Tensor sin(const Tensor& x) {
+  GRADUS_PROFILE_OP("sin");
   return unary_op(UnaryOp::sin, "sin", x,
                   [](const Tensor& g, S i, S) { return mul(g, cos(i.get())); });
 }
 Tensor cos(const Tensor& x) {
+  GRADUS_PROFILE_OP("cos");
   return unary_op(UnaryOp::cos, "cos", x,
                   [](const Tensor& g, S i, S) { return neg(mul(g, sin(i.get()))); });
 }
 Tensor erf(const Tensor& x) {
+  GRADUS_PROFILE_OP("erf");
   return unary_op(UnaryOp::erf, "erf", x, [](const Tensor& g, S i, S) {
     Tensor xv = i.get();
     return mul(g, mul(exp(neg(mul(xv, xv))), 2.0 / std::sqrt(std::numbers::pi)));
@@ -478,6 +524,7 @@ Tensor erf(const Tensor& x) {
 }
 
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  GRADUS_PROFILE_OP("clamp");
   const double lo = min ? *min : std::nan(""), hi = max ? *max : std::nan("");
   check_defined("clamp", {&x});
   GRADUS_CHECK(!(min && max) || *min <= *max, ValueError, "clamp: min (", *min,
@@ -494,6 +541,7 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
 }
 
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("where");
   check_defined("where", {&condition, &a, &b});
   check_same_device("where", {&condition, &a, &b});
   GRADUS_CHECK(condition.dtype() == DType::boolean, DTypeError,
@@ -518,6 +566,7 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
 }
 
 Tensor where(const Tensor& condition, const Tensor& a, double b) {
+  GRADUS_PROFILE_OP("where");
   check_defined("where", {&a});
   return where(condition, a, scalar_tensor(b, {a.dtype(), a.device()}));
 }
@@ -541,6 +590,7 @@ Tensor ternary_kernel(TernaryOp op, const char* name, const Tensor& a, const Ten
 }  // namespace
 
 Tensor lerp(const Tensor& a, const Tensor& b, const Tensor& weight) {
+  GRADUS_PROFILE_OP("lerp");
   Tensor out = ternary_kernel(TernaryOp::lerp, "lerp", a, b, weight, 0);
   return record(
       "lerp", out, {a, b, weight},
@@ -555,6 +605,7 @@ Tensor lerp(const Tensor& a, const Tensor& b, const Tensor& weight) {
 }
 
 Tensor addcmul(const Tensor& a, const Tensor& b, const Tensor& c, double value) {
+  GRADUS_PROFILE_OP("addcmul");
   Tensor out = ternary_kernel(TernaryOp::addcmul, "addcmul", a, b, c, value);
   return record("addcmul", out, {a, b, c},
                 [ma = InputMeta(a), mb = InputMeta(b), mc = InputMeta(c), sb = SavedTensor(b),

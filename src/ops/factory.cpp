@@ -8,6 +8,7 @@ namespace gradus {
 using ops::backend_of;
 
 Tensor full(const Shape& shape, double value, TensorOptions options) {
+  GRADUS_PROFILE_OP("full");
   const bool requires_grad = options.requires_grad;
   options.requires_grad = false;
   Tensor t = empty(shape, options);
@@ -23,6 +24,7 @@ Tensor ones(const Shape& shape, TensorOptions options) {
   return full(shape, 1.0, options);
 }
 Tensor empty_like(const Tensor& t) {
+  GRADUS_PROFILE_OP("empty_like");
   return empty(t.sizes(), t.options());
 }
 Tensor zeros_like(const Tensor& t) {
@@ -39,6 +41,7 @@ Tensor scalar_tensor(double value, TensorOptions options) {
 }
 
 Tensor arange(double start, double end, double step, TensorOptions options) {
+  GRADUS_PROFILE_OP("arange");
   GRADUS_CHECK(step != 0, ValueError, "arange: step must be non-zero");
   GRADUS_CHECK(std::isfinite(start) && std::isfinite(end), ValueError,
                "arange: start and end must be finite, got ", start, " and ", end);
@@ -56,6 +59,7 @@ Tensor arange(int64_t end, TensorOptions options) {
 }
 
 Tensor eye(int64_t n, TensorOptions options) {
+  GRADUS_PROFILE_OP("eye");
   GRADUS_CHECK(n >= 0, ValueError, "eye: n must be non-negative, got ", n);
   std::vector<double> values(static_cast<size_t>(n * n), 0.0);
   for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i * n + i)] = 1.0;
@@ -64,6 +68,7 @@ Tensor eye(int64_t n, TensorOptions options) {
 
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape_in, TensorOptions options) {
+  GRADUS_PROFILE_OP("from_vector");
   const Shape shape = shape_in.empty() && values.size() != 1
                           ? Shape{static_cast<int64_t>(values.size())}
                           : shape_in;
@@ -90,6 +95,7 @@ template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, 
 template Tensor from_vector<uint8_t>(const std::vector<uint8_t>&, const Shape&, TensorOptions);
 
 Tensor tensor(const std::vector<double>& values, const Shape& shape, TensorOptions options) {
+  GRADUS_PROFILE_OP("tensor");
   return from_vector<double>(values, shape, options);
 }
 

@@ -98,6 +98,7 @@ Tensor add_rows(const Tensor& grad_rows, const Tensor& idx, int64_t v, int64_t d
 using namespace ops;
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  GRADUS_PROFILE_OP("gather");
   check_defined("gather", {&x, &index});
   check_same_device("gather", {&x, &index});
   const int64_t d = normalize_dim(dim, x.dim(), "gather");
@@ -114,6 +115,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  GRADUS_PROFILE_OP("scatter_add");
   check_defined("scatter_add", {&x, &index, &src});
   check_same_device("scatter_add", {&x, &index, &src});
   const int64_t d = normalize_dim(dim, x.dim(), "scatter_add");
@@ -159,6 +161,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  GRADUS_PROFILE_OP("index_select");
   check_defined("index_select", {&x, &index});
   check_same_device("index_select", {&x, &index});
   const int64_t d = normalize_dim(dim, x.dim(), "index_select");
@@ -207,6 +210,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  GRADUS_PROFILE_OP("embedding");
   check_defined("embedding", {&weight, &indices});
   check_same_device("embedding", {&weight, &indices});
   GRADUS_CHECK(weight.dim() == 2, ShapeError,
@@ -227,6 +231,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
 }
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  GRADUS_PROFILE_OP("one_hot");
   check_defined("one_hot", {&indices});
   const Tensor idx = index_i64("one_hot", indices, "indices");
   GRADUS_CHECK(num_classes >= -1, ValueError, "one_hot: num_classes must be -1 (infer) or >= 0, ",

@@ -189,11 +189,13 @@ Tensor as_matrix3(const Tensor& t, int64_t rows, int64_t cols) {
 using namespace ops;
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("matmul");
   if (AutocastInputs cast{"matmul", {&a, &b}}) return matmul(cast[0], cast[1]);
   return matmul_impl("matmul", a, b);
 }
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("mm");
   if (AutocastInputs cast{"mm", {&a, &b}}) return mm(cast[0], cast[1]);
   check_defined("mm", {&a, &b});
   GRADUS_CHECK(a.dim() == 2 && b.dim() == 2, ShapeError, "mm: expected 2-D matrices, got ",
@@ -203,6 +205,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  GRADUS_PROFILE_OP("bmm");
   if (AutocastInputs cast{"bmm", {&a, &b}}) return bmm(cast[0], cast[1]);
   check_defined("bmm", {&a, &b});
   GRADUS_CHECK(a.dim() == 3 && b.dim() == 3, ShapeError, "bmm: expected 3-D batches, got ",
@@ -214,6 +217,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  GRADUS_PROFILE_OP("linear");
   if (AutocastInputs cast{"linear", {&x, &weight, &bias}}) {
     return linear(cast[0], cast[1], cast[2]);
   }

@@ -122,6 +122,7 @@ using namespace ops;
 
 // ------------------------------------------------------------------------------------ conv2d
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
+  GRADUS_PROFILE_OP("conv2d");
   if (AutocastInputs cast{"conv2d", {&x, &weight, &bias}}) {
     return conv2d(cast[0], cast[1], cast[2], o);
   }
@@ -229,6 +230,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 
 // ------------------------------------------------------------------------------------ pooling
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) {
+  GRADUS_PROFILE_OP("max_pool2d");
   const PoolSetup s = pool_setup("max_pool2d", x, options, /*is_max=*/true);
   const Shape out_shape{s.x4.size(0), s.x4.size(1), s.out_h, s.out_w};
   Tensor out = new_empty(out_shape, x.dtype(), x.device());
@@ -247,6 +249,7 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) {
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options) {
+  GRADUS_PROFILE_OP("avg_pool2d");
   const PoolSetup s = pool_setup("avg_pool2d", x, options, /*is_max=*/false);
   Tensor out = new_empty({s.x4.size(0), s.x4.size(1), s.out_h, s.out_w}, x.dtype(), x.device());
   if (out.numel() > 0) backend_of(x).avg_pool2d(s.x4, out, s.args);
@@ -262,6 +265,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options) {
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, const std::vector<int64_t>& output_size) {
+  GRADUS_PROFILE_OP("adaptive_avg_pool2d");
   const char* op = "adaptive_avg_pool2d";
   check_defined(op, {&x});
   check_floating(op, x);

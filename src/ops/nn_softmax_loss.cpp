@@ -187,15 +187,18 @@ Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
 using namespace ops;
 
 Tensor softmax(const Tensor& x, int64_t dim) {
+  GRADUS_PROFILE_OP("softmax");
   if (AutocastInputs cast{"softmax", {&x}}) return softmax(cast[0], dim);
   return softmax_impl("softmax", x, dim, false);
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  GRADUS_PROFILE_OP("log_softmax");
   if (AutocastInputs cast{"log_softmax", {&x}}) return log_softmax(cast[0], dim);
   return softmax_impl("log_softmax", x, dim, true);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  GRADUS_PROFILE_OP("cross_entropy");
   if (AutocastInputs cast{"cross_entropy", {&logits, &target}}) {
     return cross_entropy(cast[0], cast[1], o);
   }
@@ -246,6 +249,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o) {
+  GRADUS_PROFILE_OP("nll_loss");
   if (AutocastInputs cast{"nll_loss", {&log_probs, &target}}) {
     return nll_loss(cast[0], cast[1], o);
   }
@@ -273,6 +277,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntrop
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  GRADUS_PROFILE_OP("mse_loss");
   if (AutocastInputs cast{"mse_loss", {&input, &target}}) {
     return mse_loss(cast[0], cast[1], reduction);
   }
@@ -290,6 +295,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
                                         Reduction reduction, const Tensor& pos_weight) {
+  GRADUS_PROFILE_OP("binary_cross_entropy_with_logits");
   if (AutocastInputs cast{"binary_cross_entropy_with_logits", {&logits, &target, &pos_weight}}) {
     return binary_cross_entropy_with_logits(cast[0], cast[1], reduction, cast[2]);
   }

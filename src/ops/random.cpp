@@ -29,6 +29,7 @@ Tensor finish(Tensor t, bool requires_grad) {
 }  // namespace
 
 Tensor& uniform_(Tensor& t, double lo, double hi, Generator* gen) {
+  GRADUS_PROFILE_OP("uniform_");
   GRADUS_CHECK(lo <= hi, ValueError, "uniform_: lo (", lo, ") must not exceed hi (", hi, ")");
   if (t.numel() == 0) return t;
   Tensor target = t.is_contiguous() ? t : empty(t.sizes(), t.options());
@@ -39,6 +40,7 @@ Tensor& uniform_(Tensor& t, double lo, double hi, Generator* gen) {
 }
 
 Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
+  GRADUS_PROFILE_OP("normal_");
   GRADUS_CHECK(std >= 0, ValueError, "normal_: std must be non-negative, got ", std);
   if (t.numel() == 0) return t;
   Tensor target = t.is_contiguous() ? t : empty(t.sizes(), t.options());
@@ -49,12 +51,14 @@ Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
 }
 
 Tensor rand(const Shape& shape, TensorOptions options, Generator* gen) {
+  GRADUS_PROFILE_OP("rand");
   Tensor t = make(shape, options, "rand");
   uniform_(t, 0.0, 1.0, gen);
   return finish(t, options.requires_grad);
 }
 
 Tensor randn(const Shape& shape, TensorOptions options, Generator* gen) {
+  GRADUS_PROFILE_OP("randn");
   Tensor t = make(shape, options, "randn");
   normal_(t, 0.0, 1.0, gen);
   return finish(t, options.requires_grad);
@@ -62,6 +66,7 @@ Tensor randn(const Shape& shape, TensorOptions options, Generator* gen) {
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options,
                Generator* gen) {
+  GRADUS_PROFILE_OP("randint");
   GRADUS_CHECK(low < high, ValueError, "randint: low (", low, ") must be less than high (", high,
                ")");
   Tensor t = empty(shape, {options.dtype, options.device});
@@ -76,6 +81,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opti
 }
 
 Tensor bernoulli(const Tensor& p, Generator* gen) {
+  GRADUS_PROFILE_OP("bernoulli");
   ops::check_defined("bernoulli", {&p});
   ops::check_floating("bernoulli", p, "probability tensor");
   Tensor out = empty(p.sizes(), p.options());
@@ -86,6 +92,7 @@ Tensor bernoulli(const Tensor& p, Generator* gen) {
 }
 
 Tensor bernoulli(const Shape& shape, double p, TensorOptions options, Generator* gen) {
+  GRADUS_PROFILE_OP("bernoulli");
   GRADUS_CHECK(p >= 0 && p <= 1, ValueError, "bernoulli: p must be in [0, 1], got ", p);
   Tensor prob =
       full({}, p, {is_floating(options.dtype) ? options.dtype : DType::f32, options.device});
@@ -98,6 +105,7 @@ Tensor bernoulli(const Shape& shape, double p, TensorOptions options, Generator*
 }
 
 Tensor randperm(int64_t n, TensorOptions options, Generator* gen) {
+  GRADUS_PROFILE_OP("randperm");
   GRADUS_CHECK(n >= 0, ValueError, "randperm: n must be non-negative, got ", n);
   // Fisher-Yates on the host driven by Philox words, so the permutation depends only on the
   // generator state (identical whatever device the result goes to).

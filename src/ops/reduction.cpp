@@ -196,6 +196,7 @@ using namespace ops;
 
 // ------------------------------------------------------------------------------ sum, mean, prod
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  GRADUS_PROFILE_OP("sum");
   if (AutocastInputs cast{"sum", {&x}}) return sum(cast[0], dims, keepdim);
   check_defined("sum", {&x});
   const ReducePlan p = plan_reduce(x, dims, keepdim, "sum");
@@ -207,6 +208,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  GRADUS_PROFILE_OP("mean");
   if (AutocastInputs cast{"mean", {&x}}) return mean(cast[0], dims, keepdim);
   check_defined("mean", {&x});
   const ReducePlan p = plan_reduce(x, dims, keepdim, "mean");
@@ -218,6 +220,7 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor prod(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  GRADUS_PROFILE_OP("prod");
   if (AutocastInputs cast{"prod", {&x}}) return prod(cast[0], dims, keepdim);
   check_defined("prod", {&x});
   const ReducePlan p = plan_reduce(x, dims, keepdim, "prod");
@@ -243,6 +246,7 @@ Tensor prod(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 
 // ------------------------------------------------------------------------------ var, std
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  GRADUS_PROFILE_OP("var");
   if (AutocastInputs cast{"var", {&x}}) return var(cast[0], dims, correction, keepdim);
   check_defined("var", {&x});
   const ReducePlan p = plan_reduce(x, dims, keepdim, "var");
@@ -258,6 +262,7 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
 }
 
 Tensor std(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  GRADUS_PROFILE_OP("std");
   if (AutocastInputs cast{"std", {&x}}) return std(cast[0], dims, correction, keepdim);
   check_defined("std", {&x});
   const ReducePlan p = plan_reduce(x, dims, keepdim, "std");
@@ -277,32 +282,41 @@ Tensor std(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
 
 // ------------------------------------------------------------------------------ max, min
 Tensor max(const Tensor& x) {
+  GRADUS_PROFILE_OP("max");
   return amax_amin(true, "max", x, {}, false);
 }
 Tensor min(const Tensor& x) {
+  GRADUS_PROFILE_OP("min");
   return amax_amin(false, "min", x, {}, false);
 }
 Tensor amax(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  GRADUS_PROFILE_OP("amax");
   return amax_amin(true, "amax", x, dims, keepdim);
 }
 Tensor amin(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  GRADUS_PROFILE_OP("amin");
   return amax_amin(false, "amin", x, dims, keepdim);
 }
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) {
+  GRADUS_PROFILE_OP("max");
   return extremum_dim(true, "max", x, dim, keepdim);
 }
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) {
+  GRADUS_PROFILE_OP("min");
   return extremum_dim(false, "min", x, dim, keepdim);
 }
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  GRADUS_PROFILE_OP("argmax");
   return arg_extremum(true, "argmax", x, dim, keepdim);
 }
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
+  GRADUS_PROFILE_OP("argmin");
   return arg_extremum(false, "argmin", x, dim, keepdim);
 }
 
 // ------------------------------------------------------------------------------ logsumexp, norm
 Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  GRADUS_PROFILE_OP("logsumexp");
   if (AutocastInputs cast{"logsumexp", {&x}}) return logsumexp(cast[0], dims, keepdim);
   check_defined("logsumexp", {&x});
   const ReducePlan p = plan_reduce(x, dims, keepdim, "logsumexp");
@@ -317,6 +331,7 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
 }
 
 Tensor norm(const Tensor& x) {
+  GRADUS_PROFILE_OP("norm");
   if (AutocastInputs cast{"norm", {&x}}) return norm(cast[0]);
   check_defined("norm", {&x});
   const ReducePlan p = plan_reduce(x, {}, false, "norm");
@@ -336,12 +351,14 @@ Tensor norm(const Tensor& x) {
 
 // ------------------------------------------------------------------------------ any, all
 Tensor any(const Tensor& x) {
+  GRADUS_PROFILE_OP("any");
   check_defined("any", {&x});
   const ReducePlan p = plan_reduce(x, {}, false, "any");
   return to_out(reduce_keep(ReduceOp::any, cast_raw(x, DType::boolean), p, DType::boolean, 0.0), p);
 }
 
 Tensor all(const Tensor& x) {
+  GRADUS_PROFILE_OP("all");
   check_defined("all", {&x});
   const ReducePlan p = plan_reduce(x, {}, false, "all");
   return to_out(reduce_keep(ReduceOp::all, cast_raw(x, DType::boolean), p, DType::boolean, 1.0), p);

@@ -12,6 +12,7 @@ namespace gradus {
 using namespace ops;
 
 ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim) {
+  GRADUS_PROFILE_OP("topk");
   check_defined("topk", {&x});
   const int64_t d = normalize_dim(dim, std::max<int64_t>(x.dim(), 1), "topk");
   const int64_t n = x.dim() == 0 ? 1 : x.size(d);
@@ -49,6 +50,7 @@ ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim) {
 }
 
 Tensor multinomial(const Tensor& probs, int64_t num_samples, Generator* gen) {
+  GRADUS_PROFILE_OP("multinomial");
   check_defined("multinomial", {&probs});
   check_floating("multinomial", probs, "probs");
   check_dim("multinomial", probs, {1, 2}, "probs");

@@ -78,6 +78,7 @@ Tensor reshape_view(const Tensor& x, const Shape& shape, const Shape& strides, c
 }  // namespace
 
 Tensor Tensor::view(const Shape& requested) const {
+  GRADUS_PROFILE_OP("view");
   check_defined("view", {this});
   const Shape shape = infer_shape(requested, numel(), "view");
   auto strides = view_strides(sizes(), this->strides(), shape);
@@ -88,6 +89,7 @@ Tensor Tensor::view(const Shape& requested) const {
 }
 
 Tensor Tensor::reshape(const Shape& requested) const {
+  GRADUS_PROFILE_OP("reshape");
   check_defined("reshape", {this});
   const Shape shape = infer_shape(requested, numel(), "reshape");
   if (shape == sizes()) return *this;
@@ -98,6 +100,7 @@ Tensor Tensor::reshape(const Shape& requested) const {
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  GRADUS_PROFILE_OP("flatten");
   check_defined("flatten", {this});
   if (dim() == 0) return reshape({1});
   const int64_t s = normalize_dim(start_dim, dim(), "flatten");
@@ -113,6 +116,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 }
 
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  GRADUS_PROFILE_OP("permute");
   check_defined("permute", {this});
   GRADUS_CHECK(static_cast<int64_t>(dims.size()) == dim(), ShapeError, "permute: got ", dims.size(),
                " dimensions for a tensor of shape ", shape_str(sizes()));
@@ -132,6 +136,7 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  GRADUS_PROFILE_OP("transpose");
   check_defined("transpose", {this});
   if (dim() == 0) return *this;
   std::vector<int64_t> order(static_cast<size_t>(dim()));
@@ -142,6 +147,7 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
 }
 
 Tensor Tensor::t() const {
+  GRADUS_PROFILE_OP("t");
   check_defined("t", {this});
   GRADUS_CHECK(dim() <= 2, ShapeError, "t: expects a tensor with <= 2 dimensions, got shape ",
                shape_str(sizes()), " (use transpose(d0, d1))");
@@ -149,6 +155,7 @@ Tensor Tensor::t() const {
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  GRADUS_PROFILE_OP("slice");
   check_defined("slice", {this});
   GRADUS_CHECK(dim() > 0, ShapeError, "slice: cannot slice a 0-d tensor");
   GRADUS_CHECK(step > 0, ValueError, "slice: step must be positive, got ", step);
@@ -173,6 +180,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  GRADUS_PROFILE_OP("narrow");
   check_defined("narrow", {this});
   const int dd = normalize_dim(d, dim(), "narrow");
   const int64_t n = size(dd);
@@ -184,6 +192,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
+  GRADUS_PROFILE_OP("select");
   check_defined("select", {this});
   const int dd = normalize_dim(d, dim(), "select");
   const int64_t n = size(dd);
@@ -194,6 +203,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 }
 
 Tensor Tensor::expand(const Shape& requested) const {
+  GRADUS_PROFILE_OP("expand");
   check_defined("expand", {this});
   const int64_t n = static_cast<int64_t>(requested.size());
   GRADUS_CHECK(n >= dim(), ShapeError, "expand: the target shape ", shape_str(requested),
@@ -229,6 +239,7 @@ Tensor Tensor::expand(const Shape& requested) const {
 }
 
 Tensor Tensor::squeeze() const {
+  GRADUS_PROFILE_OP("squeeze");
   check_defined("squeeze", {this});
   Shape shape;
   for (int64_t s : sizes()) {
@@ -238,6 +249,7 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
+  GRADUS_PROFILE_OP("squeeze");
   check_defined("squeeze", {this});
   if (dim() == 0) return *this;
   const int dd = normalize_dim(d, dim(), "squeeze");
@@ -248,6 +260,7 @@ Tensor Tensor::squeeze(int64_t d) const {
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
+  GRADUS_PROFILE_OP("unsqueeze");
   check_defined("unsqueeze", {this});
   const int dd = normalize_dim(d, dim() + 1, "unsqueeze");
   Shape shape = sizes();
@@ -256,12 +269,14 @@ Tensor Tensor::unsqueeze(int64_t d) const {
 }
 
 Tensor Tensor::contiguous() const {
+  GRADUS_PROFILE_OP("contiguous");
   check_defined("contiguous", {this});
   if (is_contiguous()) return *this;
   return clone();
 }
 
 Tensor Tensor::clone() const {
+  GRADUS_PROFILE_OP("clone");
   check_defined("clone", {this});
   Tensor out = empty(sizes(), options());
   if (numel() > 0) backend_of(*this).copy(*this, out);
@@ -270,6 +285,7 @@ Tensor Tensor::clone() const {
 }
 
 Tensor Tensor::to(Device device, DType dtype) const {
+  GRADUS_PROFILE_OP("to");
   check_defined("to", {this});
   if (device == this->device() && dtype == this->dtype()) return *this;
   Tensor out;
@@ -282,11 +298,14 @@ Tensor Tensor::to(Device device, DType dtype) const {
     out = empty(sizes(), {dtype, device});
     if (numel() > 0) {
       if (this->device().is_cpu()) {
+        GRADUS_PROFILE_SCOPE(copy, "memcpy_h2d");
         backend::backend_for(device.type()).copy_from_host(src.raw_data(), out);
       } else if (device.is_cpu()) {
+        GRADUS_PROFILE_SCOPE(copy, "memcpy_d2h");
         backend_of(src).copy_to_host(src, out.raw_data());
       } else {  // device to device via the host
         Tensor staged = src.to(Device::cpu());
+        GRADUS_PROFILE_SCOPE(copy, "memcpy_h2d");
         backend::backend_for(device.type()).copy_from_host(staged.raw_data(), out);
       }
     }
@@ -308,6 +327,7 @@ Tensor Tensor::to(DType dtype) const {
 
 // ------------------------------------------------------------------------ cat / stack / split
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  GRADUS_PROFILE_OP("cat");
   GRADUS_CHECK(!tensors.empty(), ValueError, "cat: expected a non-empty list of tensors");
   const Tensor& first = tensors[0];
   check_defined("cat", {&first});
@@ -361,6 +381,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  GRADUS_PROFILE_OP("stack");
   GRADUS_CHECK(!tensors.empty(), ValueError, "stack: expected a non-empty list of tensors");
   check_defined("stack", {&tensors[0]});
   const int64_t d = normalize_dim(dim, tensors[0].dim() + 1, "stack");
@@ -376,6 +397,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  GRADUS_PROFILE_OP("split");
   check_defined("split", {&x});
   GRADUS_CHECK(split_size > 0, ValueError, "split: split_size must be positive, got ", split_size);
   const int d = normalize_dim(dim, x.dim(), "split");
@@ -388,6 +410,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  GRADUS_PROFILE_OP("split");
   check_defined("split", {&x});
   const int d = normalize_dim(dim, x.dim(), "split");
   const int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
@@ -404,6 +427,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  GRADUS_PROFILE_OP("chunk");
   check_defined("chunk", {&x});
   GRADUS_CHECK(chunks > 0, ValueError, "chunk: number of chunks must be positive, got ", chunks);
   const int d = normalize_dim(dim, x.dim(), "chunk");

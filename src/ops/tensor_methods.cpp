@@ -54,6 +54,7 @@ Tensor& Tensor::zero_() {
 }
 
 Tensor& Tensor::fill_(double value) {
+  GRADUS_PROFILE_OP("fill_");
   check_inplace(*this, "fill_");
   if (numel() > 0) backend_of(*this).fill(*this, value);
   bump_version();
@@ -61,6 +62,7 @@ Tensor& Tensor::fill_(double value) {
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {
+  GRADUS_PROFILE_OP("copy_");
   check_inplace(*this, "copy_");
   check_defined("copy_", {&src});
   broadcast_shapes(src.sizes(), sizes(), "copy_");
@@ -76,6 +78,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 }
 
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  GRADUS_PROFILE_OP("add_");
   check_defined("add_", {this, &other});
   check_same_device("add_", {this, &other});
   GRADUS_CHECK(broadcast_shapes(other.sizes(), sizes(), "add_") == sizes(), ShapeError,
@@ -94,6 +97,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 }
 
 Tensor& Tensor::mul_(double value) {
+  GRADUS_PROFILE_OP("mul_");
   if (inplace_with_history(*this, "mul_")) return rebase_history(*this, mul(*this, value));
   if (numel() > 0) backend_of(*this).unary(backend::UnaryOp::affine, *this, *this, value, 0.0);
   bump_version();

@@ -2,6 +2,7 @@
 #include "gradus/optim/adam.h"
 
 #include "gradus/autograd.h"
+#include "gradus/core/profiling.h"
 #include "optim/common.h"
 
 namespace gradus::optim {
@@ -108,6 +109,7 @@ void Adam::set_group_options(size_t group, const std::map<std::string, double>& 
 }
 
 void Adam::step() {
+  GRADUS_PROFILE_SCOPE_NAMED(optimizer, std::string(type_name()) + ".step");
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const AdamOptions& o = options_[g];

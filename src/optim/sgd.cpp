@@ -2,6 +2,7 @@
 #include "gradus/optim/sgd.h"
 
 #include "gradus/autograd.h"
+#include "gradus/core/profiling.h"
 #include "optim/common.h"
 
 namespace gradus::optim {
@@ -85,6 +86,7 @@ void SGD::set_group_options(size_t group, const std::map<std::string, double>& v
 }
 
 void SGD::step() {
+  GRADUS_PROFILE_SCOPE(optimizer, "SGD.step");
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const SGDOptions& o = options_[g];
