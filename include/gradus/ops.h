@@ -283,9 +283,9 @@ Tensor random_horizontal_flip(const Tensor& x, double p = 0.5, Generator* gen = 
 // (x - mean[c]) / std[c] per channel; mean and std hold C values (or one, for every channel).
 Tensor normalize(const Tensor& x, const std::vector<double>& mean, const std::vector<double>& std);
 struct ImageAugmentOptions {
-  int64_t crop_padding = 0;       // 0: no crop
-  double flip_p = 0.0;            // 0: no flip
-  std::vector<double> mean, std;  // empty: no normalisation
+  int64_t crop_padding = 0;           // 0: no crop
+  double flip_p = 0.0;                // 0: no flip
+  std::vector<double> mean{}, std{};  // empty: no normalisation
 };
 // Crop, flip and normalisation in one pass over the batch (one block per sample for crop and flip
 // together): equals normalize(random_horizontal_flip(random_crop(x, padding, g), p, g'), mean,

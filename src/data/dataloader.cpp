@@ -3,16 +3,18 @@
 #include "gradus/data/dataloader.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
+#include "data/loader_stages.h"
 #include "gradus/autograd.h"
 #include "gradus/core/error.h"
-#include "gradus/core/profiling.h"
 
 namespace gradus::data {
 
@@ -48,6 +50,13 @@ std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed, int64_t epoch) {
   return order;
 }
 
+PhiloxState transform_stream(uint64_t seed, int64_t epoch, int64_t batch, int64_t first_example) {
+  // A key of its own (not the shuffle's) per epoch; 2^32 blocks per batch.
+  const uint64_t key =
+      splitmix64(splitmix64(seed ^ 0x617567'6d656e74ull) ^ static_cast<uint64_t>(epoch));
+  return {key, (static_cast<uint64_t>(batch) << 32) + static_cast<uint64_t>(first_example)};
+}
+
 // ------------------------------------------------------------------------------ EpochRun
 class DataLoader::EpochRun {
  public:
@@ -55,9 +64,14 @@ class DataLoader::EpochRun {
       : loader_(loader),
         order_(loader->epoch_order(loader->position_.epoch)),
         end_(loader->size()),
+        epoch_(loader->position_.epoch),
+        started_(Clock::now()),
         next_claim_(start_batch),
         next_consume_(start_batch) {
     loader_->running_ = true;
+    if (loader->options_.device.is_cuda()) {
+      feed_ = std::make_unique<detail::DeviceFeed>(loader->options_.device);
+    }
     const int workers = loader->options_.num_workers;
     depth_ = std::max<int64_t>(loader->options_.prefetch, workers);
     // The destructor does not run when the constructor throws (thread creation failed, or the
@@ -66,10 +80,7 @@ class DataLoader::EpochRun {
       // No more threads than batches left (counted before any worker touches next_claim_).
       const int64_t threads = std::min<int64_t>(workers, end_ - start_batch);
       for (int64_t w = 0; w < threads; ++w) {
-        threads_.emplace_back([this, w] {
-          profiling::set_thread_name("dataloader worker " + std::to_string(w));
-          worker();
-        });
+        threads_.emplace_back([this] { worker(); });
       }
       advance();
     } catch (...) {
@@ -81,6 +92,8 @@ class DataLoader::EpochRun {
 
   ~EpochRun() {
     stop();
+    feed_.reset();  // waits for copies still reading pinned buffers
+    if (!done_) loader_->stats_.elapsed_seconds += seconds_since(started_);
     loader_->running_ = false;
   }
 
@@ -93,12 +106,14 @@ class DataLoader::EpochRun {
       done_ = true;
       current_ = {};
       loader_->position_ = {loader_->position_.epoch + 1, 0};
+      loader_->stats_.elapsed_seconds += seconds_since(started_);
       return;
     }
-    // The loop's view: with workers, how long it waited for a batch; without, the whole load.
-    GRADUS_PROFILE_SCOPE(data, "dataloader.next");
+    const auto waiting = Clock::now();
     const int64_t b = next_consume_;
-    if (threads_.empty()) {
+    if (feed_) {
+      advance_on_device(b);
+    } else if (threads_.empty()) {
       current_ = load(b);
       ++next_consume_;
     } else {
@@ -117,6 +132,11 @@ class DataLoader::EpochRun {
     }
     // The batch being used is b; a checkpoint taken now resumes after it.
     loader_->position_.batch = b + 1;
+    LoaderStats& stats = loader_->stats_;
+    stats.wait_seconds += seconds_since(waiting);
+    stats.batches += 1;
+    if (current_.input.defined() && current_.input.dim() > 0)
+      stats.samples += current_.input.size(0);
   }
 
  private:
@@ -125,24 +145,70 @@ class DataLoader::EpochRun {
     std::exception_ptr error;
   };
 
+  using Clock = std::chrono::steady_clock;
+  static double seconds_since(Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  }
+
+  // CUDA target: batch b's copy was started one batch ahead (or starts now); the compute stream
+  // waits for it, and batch b + 1's copy starts at once when its host batch is ready, so that it
+  // overlaps this step's compute.
+  void advance_on_device(int64_t b) {
+    if (!feed_->staged(b)) feed_->stage(b, take_loaded(b));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++next_consume_;
+    }
+    space_cv_.notify_all();
+    current_ = feed_->take(b);
+    detail::transform_batch(current_, loader_->options_,
+                            detail::batch_stream(loader_->options_, epoch_, b));
+    if (b + 1 < end_ && !feed_->staged(b + 1)) {
+      std::optional<Example> next = try_take_loaded(b + 1);
+      if (next) feed_->stage(b + 1, std::move(*next));
+    }
+  }
+
+  // Host batch b: loaded here (no workers) or taken from the queue, waiting for it (the caller
+  // advances next_consume_).
+  Example take_loaded(int64_t b) {
+    if (threads_.empty()) return load(b);
+    Slot slot;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ready_cv_.wait(lock, [&] { return ready_.count(b) != 0; });
+      auto it = ready_.find(b);
+      slot = std::move(it->second);
+      ready_.erase(it);
+    }
+    if (slot.error) std::rethrow_exception(slot.error);
+    return std::move(slot.batch);
+  }
+
+  // Host batch b when a worker has it ready (a failed load stays queued, to be rethrown when the
+  // loop reaches b).
+  std::optional<Example> try_take_loaded(int64_t b) {
+    if (threads_.empty()) return std::nullopt;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = ready_.find(b);
+    if (it == ready_.end() || it->second.error) return std::nullopt;
+    Example batch = std::move(it->second.batch);
+    ready_.erase(it);
+    return batch;
+  }
+
   Example load(int64_t b) const {
-    GRADUS_PROFILE_SCOPE(data, "dataloader.load");
     const DataLoaderOptions& o = loader_->options_;
     const int64_t n = static_cast<int64_t>(order_.size());
     const auto [first, last] = loader_->batch_range(b, n);
     std::vector<int64_t> indices(order_.begin() + first, order_.begin() + last);
-    Example batch = loader_->dataset_->get_batch(indices);
-    if (batch.input.defined() && batch.input.device() != o.device) {
-      batch.input = batch.input.to(o.device);
-    }
-    if (batch.target.defined() && batch.target.device() != o.device) {
-      batch.target = batch.target.to(o.device);
-    }
-    return batch;
+    return detail::prepare_batch(loader_->dataset_->get_batch(indices), o, loader_->pinned_.get(),
+                                 detail::batch_stream(o, epoch_, b));
   }
 
   void worker() {
     NoGradGuard no_grad;  // loading never records a graph
+    detail::configure_worker_thread();
     for (;;) {
       int64_t b;
       {
@@ -184,6 +250,9 @@ class DataLoader::EpochRun {
   DataLoader* loader_;
   const std::vector<int64_t> order_;
   const int64_t end_;  // batches in the epoch
+  const int64_t epoch_;
+  const Clock::time_point started_;
+  std::unique_ptr<detail::DeviceFeed> feed_;  // CUDA target
   int64_t depth_ = 1;
   Example current_;
   bool done_ = false;
@@ -239,6 +308,9 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions optio
                "DataLoader: the global batch_size ", options_.batch_size,
                " is not divisible by the world size ", options_.world_size,
                " (each rank takes an equal share)");
+  if (options_.device.is_cuda() && options_.pin_memory) {
+    pinned_ = std::make_shared<detail::PinnedPool>();
+  }
 }
 
 std::pair<int64_t, int64_t> DataLoader::batch_range(int64_t batch, int64_t n) const {

@@ -79,13 +79,13 @@ std::shared_ptr<TensorDataset> load_mnist_format(const MnistOptions& o) {
 }
 
 std::shared_ptr<TensorDataset> load_fashion_mnist(const std::string& dir, bool train,
-                                                  int64_t limit) {
+                                                  int64_t limit, bool normalise) {
   MnistOptions o;
   o.dir = dir;
   o.train = train;
   o.limit = limit;
-  o.mean = kFashionMnistMean;
-  o.std = kFashionMnistStd;
+  o.mean = normalise ? kFashionMnistMean : 0.0;
+  o.std = normalise ? kFashionMnistStd : 1.0;
   o.missing_hint =
       ". Install Debian's dataset-fashion-mnist (sudo apt-get install dataset-fashion-mnist), "
       "which puts the files in /usr/share/datasets/fashion-mnist, or pass --data-dir DIR "
@@ -94,13 +94,14 @@ std::shared_ptr<TensorDataset> load_fashion_mnist(const std::string& dir, bool t
   return load_mnist_format(o);
 }
 
-std::shared_ptr<TensorDataset> load_mnist(const std::string& dir, bool train, int64_t limit) {
+std::shared_ptr<TensorDataset> load_mnist(const std::string& dir, bool train, int64_t limit,
+                                          bool normalise) {
   MnistOptions o;
   o.dir = dir;
   o.train = train;
   o.limit = limit;
-  o.mean = kMnistMean;
-  o.std = kMnistStd;
+  o.mean = normalise ? kMnistMean : 0.0;
+  o.std = normalise ? kMnistStd : 1.0;
   o.missing_hint =
       ". Download MNIST's four files (train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, "
       "t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz) into that directory";

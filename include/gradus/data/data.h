@@ -1,6 +1,7 @@
 // gradus::data: datasets, the DataLoader and file readers.
 #pragma once
 
+#include "gradus/data/augment.h"
 #include "gradus/data/dataloader.h"
 #include "gradus/data/dataset.h"
 #include "gradus/data/idx.h"

@@ -19,18 +19,41 @@
 // copy to `device`) into a bounded queue while the caller trains; batches are still yielded in
 // order. At most max(prefetch, num_workers) batches are loaded ahead of the one being used. An
 // exception thrown while loading a batch is rethrown in the loop when that batch is reached.
-// Leaving the loop early (break, exception) stops and joins the workers.
+// Leaving the loop early (break, exception) stops and joins the workers. Workers run their kernels
+// (a transform's) on one OpenMP thread each, like PyTorch's loader workers, so that n workers
+// take n cores and leave the rest to training.
+//
+// Transform: options.transform runs on each batch once it is on `device` (data augmentation; see
+// gradus/data/augment.h). Its generator starts at transform_stream(seed, epoch, batch, first),
+// a pure function of the batch, so batches are identical whatever the number of workers.
+//
+// CUDA target: workers assemble each batch in page-locked (pinned) host memory; the loop's thread
+// copies batch b + 1 to the device on the copy stream while the model computes on batch b, and
+// the compute stream waits for that copy with an event, on the device (the host never blocks on a
+// copy). The transform's kernels then run on the compute stream. When memory cannot be pinned,
+// batches stay in pageable memory after a one-line warning.
+//
+// Statistics (stats()): how long the loop waited for data, batches, samples and samples/s.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include "gradus/core/device.h"
+#include "gradus/core/random.h"
 #include "gradus/data/dataset.h"
 
 namespace gradus::data {
+
+// A transform of a whole batch in place, drawing its randomness from `gen` only.
+using BatchTransform = std::function<void(Example& batch, Generator& gen)>;
+
+namespace detail {
+class PinnedPool;  // page-locked batch buffers (src/data/device_feed.h)
+}
 
 struct DataLoaderOptions {
   int64_t batch_size = 32;
@@ -47,6 +70,21 @@ struct DataLoaderOptions {
   // batch is dropped when it is incomplete (drop_last, whatever the option says).
   int rank = 0;
   int world_size = 1;
+  BatchTransform transform = {};  // empty: none
+  bool pin_memory = true;         // CUDA target: assemble batches in page-locked host memory
+};
+
+// Totals since construction or reset_stats().
+struct LoaderStats {
+  int64_t batches = 0;  // yielded to the loop
+  int64_t samples = 0;
+  // Time the loop spent blocked getting its next batch (with 0 workers: loading it itself).
+  double wait_seconds = 0;
+  // Wall time of the loops, from begin() to the end of the epoch (or to leaving the loop).
+  double elapsed_seconds = 0;
+  double samples_per_second() const {
+    return elapsed_seconds > 0 ? static_cast<double>(samples) / elapsed_seconds : 0.0;
+  }
 };
 
 struct LoaderPosition {
@@ -57,6 +95,12 @@ struct LoaderPosition {
 
 // The sample order of one epoch (pure function of its arguments): 0..n-1 shuffled.
 std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed, int64_t epoch);
+
+// Where the transform of batch `batch` of epoch `epoch` starts drawing: key from (seed, epoch),
+// counter batch * 2^32 + first_example (this rank's first example within the global batch). A
+// transform drawing one Philox block per example (augment_images) thereby gives each example of
+// the global batch its own parameters, the same at any number of workers or ranks.
+PhiloxState transform_stream(uint64_t seed, int64_t epoch, int64_t batch, int64_t first_example);
 
 class DataLoader {
  public:
@@ -106,6 +150,9 @@ class DataLoader {
   // Dataset indices of batch `batch` of epoch `epoch` (what that batch will hold).
   std::vector<int64_t> batch_indices(int64_t epoch, int64_t batch) const;
 
+  LoaderStats stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
  private:
   friend class EpochRun;
   std::vector<int64_t> epoch_order(int64_t epoch) const;
@@ -116,6 +163,8 @@ class DataLoader {
   DataLoaderOptions options_;
   LoaderPosition position_;
   bool running_ = false;
+  LoaderStats stats_;                           // updated by the loop's thread only
+  std::shared_ptr<detail::PinnedPool> pinned_;  // CUDA target with pin_memory
 };
 
 }  // namespace gradus::data

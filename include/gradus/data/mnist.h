@@ -35,9 +35,12 @@ struct MnistOptions {
 // is corrupt, the label and image counts differ or a label is outside [0, 10).
 std::shared_ptr<TensorDataset> load_mnist_format(const MnistOptions& options);
 
+// normalise = false: pixels in [0, 1], for a pipeline that normalises later (on the device, with
+// data::image_augment).
 std::shared_ptr<TensorDataset> load_fashion_mnist(const std::string& dir = kDefaultFashionMnistDir,
-                                                  bool train = true, int64_t limit = -1);
+                                                  bool train = true, int64_t limit = -1,
+                                                  bool normalise = true);
 std::shared_ptr<TensorDataset> load_mnist(const std::string& dir, bool train = true,
-                                          int64_t limit = -1);
+                                          int64_t limit = -1, bool normalise = true);
 
 }  // namespace gradus::data
