@@ -141,6 +141,8 @@ const char* op_kind_name(OpKind kind) {
       return "recv";
     case OpKind::barrier:
       return "barrier";
+    case OpKind::split:
+      return "split_group";
   }
   return "?";
 }
@@ -213,10 +215,18 @@ std::string mpi_error_string(int code) {
 
 std::string MpiWork::describe() const {
   std::ostringstream os;
+  // Peers are group ranks on the wire; messages name world ranks.
+  const int peer_world =
+      world_ranks.empty() ? peer : world_ranks[static_cast<size_t>(std::max(peer, 0))];
   os << op_kind_name(kind);
-  if (kind == OpKind::send) os << " to rank " << peer;
-  if (kind == OpKind::recv) os << " from rank " << peer;
-  if (kind == OpKind::broadcast || kind == OpKind::reduce) os << " (root " << peer << ")";
+  if (kind == OpKind::send) os << " to rank " << peer_world;
+  if (kind == OpKind::recv) os << " from rank " << peer_world;
+  if (kind == OpKind::broadcast || kind == OpKind::reduce) os << " (root " << peer_world << ")";
+  if (!world_ranks.empty()) {
+    os << " in the group of ranks {";
+    for (size_t i = 0; i < world_ranks.size(); ++i) os << (i ? "," : "") << world_ranks[i];
+    os << "}";
+  }
   if (tensor.defined()) {
     os << " of ";
     if (!label.empty()) os << "'" << label << "' ";
@@ -337,6 +347,18 @@ void MpiEngine::start(const std::shared_ptr<MpiWork>& w) {
   int rc = MPI_SUCCESS;
   if (work.kind == OpKind::barrier) {
     rc = MPI_Ibarrier(comm, &work.request);
+  } else if (work.kind == OpKind::split) {
+    // Blocking, so it runs here on the thread that owns MPI. The caller first all-gathered the
+    // colors through the engine (with its timeout), so every rank is known to be on its way.
+    rc = MPI_Comm_split(comm, work.tag < 0 ? MPI_UNDEFINED : work.tag, work.peer, &work.new_comm);
+    if (rc == MPI_SUCCESS && work.new_comm != MPI_COMM_NULL) {
+      MPI_Comm_set_errhandler(work.new_comm, MPI_ERRORS_RETURN);
+    }
+    if (rc == MPI_SUCCESS) {
+      ++completed_;
+      work.finish({});
+      return;
+    }
   } else {
     void* data = work.tensor.raw_data();
     const DType dtype = work.tensor.dtype();
@@ -376,6 +398,7 @@ void MpiEngine::start(const std::shared_ptr<MpiWork>& w) {
         rc = MPI_Irecv(data, count, type, work.peer, work.tag, comm, &work.request);
         break;
       case OpKind::barrier:
+      case OpKind::split:
         break;
     }
   }
@@ -441,15 +464,22 @@ void MpiEngine::poll_heartbeats(Clock::time_point now) {
 std::string MpiEngine::diagnose(const MpiWork& work, Clock::time_point now) const {
   std::ostringstream silent, behind;
   int n_silent = 0, n_behind = 0;
+  // A sub-group's operation waits only on its members, and their issue counts include other
+  // groups' operations, so "has not reached #seq" is only meaningful on the world.
+  const bool on_world = work.world_ranks.empty();
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
+    if (!on_world &&
+        std::find(work.world_ranks.begin(), work.world_ranks.end(), p) == work.world_ranks.end()) {
+      continue;
+    }
     const Peer& peer = peers_[static_cast<size_t>(p)];
     const double quiet = seconds(now - peer.last_heard);
     if (quiet > silence_.count() && !peer.said_goodbye) {
       silent << (n_silent++ ? ", " : "") << "rank " << p << " (last heard " << std::fixed
              << std::setprecision(1) << quiet << " s ago, after issuing " << peer.issued
              << " collectives)";
-    } else if (peer.issued < static_cast<int64_t>(work.seq)) {
+    } else if (on_world && peer.issued < static_cast<int64_t>(work.seq)) {
       behind << (n_behind++ ? ", " : "") << "rank " << p << " (has issued " << peer.issued << ")";
     }
   }
@@ -461,6 +491,9 @@ std::string MpiEngine::diagnose(const MpiWork& work, Clock::time_point now) cons
     os << "every rank still answers, but these have not reached collective #" << work.seq << ": "
        << behind.str()
        << " (slow, stuck in a long computation, or issuing collectives in a different order)";
+  } else if (!on_world) {
+    os << "every rank of the group still answers (one is behind, stuck in a long computation or "
+          "issuing its operations in a different order, or a network or MPI stall)";
   } else {
     os << "every rank still answers and has issued this collective (a network or MPI stall)";
   }

@@ -31,7 +31,8 @@ enum class OpKind {
   all_gather,
   send,
   recv,
-  barrier
+  barrier,
+  split  // MPI_Comm_split of `comm`: color in `tag`, key in `peer`; the result in `new_comm`
 };
 const char* op_kind_name(OpKind kind);
 
@@ -58,6 +59,10 @@ class MpiWork final : public Work {
   Clock::time_point issued;
   std::chrono::duration<double> timeout{60.0};
   MPI_Request request = MPI_REQUEST_NULL;
+  MPI_Comm new_comm = MPI_COMM_NULL;  // split's result
+  // World rank of each member of `comm` (empty: comm is the world). Error messages and the
+  // diagnosis of a timeout name world ranks.
+  std::vector<int> world_ranks;
 
   std::string describe() const;  // "all_reduce of 'bucket 0' (f32 [1024], 4.0 KiB)"
   void finish(std::string error);

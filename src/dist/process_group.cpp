@@ -1,5 +1,6 @@
 // The world's group: validates every call once, then hands CPU tensors to the MPI engine and CUDA
 // tensors to NCCL. In a world of one (no launcher) every collective is its own result.
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <mutex>
@@ -7,11 +8,13 @@
 #include "dist/group_impl.h"
 #include "dist/mpi_engine.h"
 #include "gradus/autograd.h"
+#include "gradus/core/profiling.h"
 #include "gradus/ops.h"
 
 namespace gradus::dist {
 
 void wait_all(const std::vector<WorkPtr>& works) {
+  GRADUS_PROFILE_SCOPE(comm, "wait");
   std::exception_ptr first;
   for (const WorkPtr& w : works) {
     if (!w) continue;
@@ -37,13 +40,20 @@ bool is_float(DType d) {
   return d == DType::f32 || d == DType::f64 || d == DType::f16 || d == DType::bf16;
 }
 
-class WorldGroup final : public ProcessGroup {
+// The world's group, or a sub-group of it (split_group): `members` are the world ranks of the
+// group; `comm` its MPI communicator (MPI_COMM_NULL without MPI, a world of one).
+class MpiGroup final : public ProcessGroup {
  public:
-  WorldGroup(const World& world, const InitOptions& options)
-      : ProcessGroup(world.rank, world.size,
-                     std::chrono::duration<double>(options.timeout_seconds)),
-        world_(world),
-        uses_mpi_(world.uses_mpi()) {}
+  MpiGroup(int rank, const std::vector<int>& members, std::chrono::duration<double> timeout,
+           bool uses_mpi, MPI_Comm comm, bool is_world)
+      : ProcessGroup(rank, static_cast<int>(members.size()), timeout, members),
+        uses_mpi_(uses_mpi),
+        comm_(comm),
+        is_world_(is_world) {
+    nccl_world_.rank = rank_;
+    nccl_world_.size = size_;
+    nccl_world_.launcher = uses_mpi ? "mpirun" : "none";
+  }
 
   WorkPtr all_reduce(const Tensor& t, ReduceOp op, const std::string& label) override {
     check(t, "all_reduce", label, op);
@@ -127,8 +137,8 @@ class WorldGroup final : public ProcessGroup {
 
   void check(const Tensor& t, const char* op, const std::string& label,
              ReduceOp reduce = ReduceOp::sum) const {
-    const std::string where =
-        std::string("dist::") + op + named(label) + " on rank " + std::to_string(rank_);
+    const std::string where = std::string("dist::") + op + named(label) + " on rank " +
+                              std::to_string(world_ranks_[static_cast<size_t>(rank_)]);
     GRADUS_CHECK(t.defined(), ValueError, where, ": the tensor is undefined");
     GRADUS_CHECK(t.is_contiguous(), ValueError, where, ": the tensor ", shape_str(t.sizes()),
                  " is not contiguous (call .contiguous() first)");
@@ -154,7 +164,7 @@ class WorldGroup final : public ProcessGroup {
 
   void check_rank(int r, const char* op, const char* what) const {
     GRADUS_CHECK(r >= 0 && r < size_, ValueError, "dist::", op, ": ", what, " rank ", r,
-                 " is outside the world of ", size_, " rank(s)");
+                 " is outside the ", is_world_ ? "world" : "group", " of ", size_, " rank(s)");
   }
 
   void check_peer(int r, const char* op, const char* what, int tag) const {
@@ -177,6 +187,7 @@ class WorldGroup final : public ProcessGroup {
 
   WorkPtr submit(OpKind kind, const Tensor& t, const Tensor& input, int peer, int tag, ReduceOp op,
                  const std::string& label) {
+    GRADUS_PROFILE_SCOPE(comm, op_kind_name(kind));
     auto work = std::make_shared<MpiWork>();
     work->kind = kind;
     work->tensor = t;
@@ -185,7 +196,8 @@ class WorldGroup final : public ProcessGroup {
     work->tag = tag;
     work->op = op;
     work->label = label;
-    work->comm = MPI_COMM_WORLD;
+    work->comm = comm_;
+    if (!is_world_) work->world_ranks = world_ranks_;
     work->comm_rank = rank_;
     work->comm_size = size_;
     work->timeout = timeout_;
@@ -207,14 +219,17 @@ class WorldGroup final : public ProcessGroup {
   }
 
   NcclBackend& nccl() {
-    std::call_once(nccl_once_, [&] { nccl_ = make_nccl_backend(*this, world_); });
+    // A sub-group gets its own NCCL communicator, bootstrapped through its own MPI one.
+    std::call_once(nccl_once_, [&] { nccl_ = make_nccl_backend(*this, nccl_world_); });
     GRADUS_CHECK(nccl_ != nullptr, DeviceError,
                  "dist: CUDA tensors need NCCL, and this build of gradus has no CUDA backend");
     return *nccl_;
   }
 
-  World world_;
+  World nccl_world_;  // this group seen as a world (its rank and size) by NCCL
   bool uses_mpi_;
+  MPI_Comm comm_;
+  bool is_world_;
   std::once_flag nccl_once_;
   std::unique_ptr<NcclBackend> nccl_;
   std::atomic<uint64_t> collectives_{0}, bytes_sent_{0}, bytes_received_{0};
@@ -223,8 +238,87 @@ class WorldGroup final : public ProcessGroup {
 }  // namespace
 
 std::shared_ptr<ProcessGroup> make_world_group(const World& world, const InitOptions& options) {
-  return std::make_shared<WorldGroup>(world, options);
+  std::vector<int> members(static_cast<size_t>(world.size));
+  for (int r = 0; r < world.size; ++r) members[static_cast<size_t>(r)] = r;
+  return std::make_shared<MpiGroup>(
+      world.rank, std::move(members), std::chrono::duration<double>(options.timeout_seconds),
+      world.uses_mpi(), world.uses_mpi() ? MPI_COMM_WORLD : MPI_COMM_NULL,
+      /*is_world=*/true);
 }
 
 }  // namespace detail
+
+std::shared_ptr<ProcessGroup> split_group(int color, int key) {
+  const std::shared_ptr<ProcessGroup> world = default_group();
+  const int me = world->rank(), n = world->size();
+  if (color < 0) color = kNoGroup;
+  if (key < 0) key = me;
+  // Every rank's (color, key), through the engine and its timeout: a rank that never calls
+  // split_group fails this all-gather with a diagnosis instead of hanging MPI_Comm_split.
+  Tensor mine = empty({2}, TensorOptions{.dtype = DType::i64});
+  mine.data_ptr<int64_t>()[0] = color;
+  mine.data_ptr<int64_t>()[1] = key;
+  Tensor all = empty({2 * static_cast<int64_t>(n)}, TensorOptions{.dtype = DType::i64});
+  world->all_gather(all, mine, "split_group colors")->wait();
+  std::vector<std::pair<int64_t, int>> order;  // (key, world rank) of my color's members
+  const int64_t* cv = all.data_ptr<int64_t>();
+  for (int r = 0; r < n; ++r) {
+    if (color != kNoGroup && cv[2 * r] == color) order.emplace_back(cv[2 * r + 1], r);
+  }
+  MPI_Comm comm = MPI_COMM_NULL;
+  if (world_size() > 1) {
+    auto work = std::make_shared<detail::MpiWork>();
+    work->kind = detail::OpKind::split;
+    work->comm = MPI_COMM_WORLD;
+    work->comm_rank = me;
+    work->comm_size = n;
+    work->tag = color;
+    work->peer = key;
+    work->label = "split_group";
+    work->timeout = world->timeout();
+    work->issued = detail::Clock::now();
+    detail::mpi_engine().submit(work);
+    work->wait();
+    comm = work->new_comm;
+  }
+  if (color == kNoGroup) return nullptr;
+  std::sort(order.begin(), order.end());
+  std::vector<int> members;
+  int my_index = 0;
+  for (const auto& [k, r] : order) {
+    if (r == me) my_index = static_cast<int>(members.size());
+    members.push_back(r);
+  }
+  return std::make_shared<detail::MpiGroup>(my_index, std::move(members), world->timeout(),
+                                            world_size() > 1, comm, /*is_world=*/false);
+}
+
+std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) {
+  const std::shared_ptr<ProcessGroup> world = default_group();
+  const int me = world->rank(), n = world->size();
+  std::vector<int> seen(static_cast<size_t>(n), 0);
+  int my_index = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    GRADUS_CHECK(r >= 0 && r < n, ValueError, "dist::new_group: rank ", r,
+                 " is outside the world of ", n, " rank(s)");
+    GRADUS_CHECK(!seen[static_cast<size_t>(r)]++, ValueError, "dist::new_group: rank ", r,
+                 " is listed twice");
+    if (r == me) my_index = static_cast<int>(i);
+  }
+  GRADUS_CHECK(!ranks.empty(), ValueError, "dist::new_group: the list of ranks is empty");
+  // Every rank must pass the same list: compare a digest of it across the world first.
+  uint64_t digest = 1469598103934665603ull;  // FNV-1a over the ranks
+  for (const int r : ranks) digest = (digest ^ static_cast<uint64_t>(r)) * 1099511628211ull;
+  Tensor mine = empty({1}, TensorOptions{.dtype = DType::i64});
+  mine.data_ptr<int64_t>()[0] = static_cast<int64_t>(digest >> 1);
+  Tensor all = empty({static_cast<int64_t>(n)}, TensorOptions{.dtype = DType::i64});
+  world->all_gather(all, mine, "new_group ranks")->wait();
+  for (int r = 0; r < n; ++r) {
+    GRADUS_CHECK(all.data_ptr<int64_t>()[r] == mine.data_ptr<int64_t>()[0], DistError,
+                 "dist::new_group: rank ", r, " passed a different list of ranks than rank ", me,
+                 " (every rank must pass the same list)");
+  }
+  return split_group(my_index >= 0 ? 0 : kNoGroup, my_index);
+}
 }  // namespace gradus::dist

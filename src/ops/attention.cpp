@@ -65,7 +65,15 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (o.dropout_p > 0) {
     Generator& g = o.generator != nullptr ? *o.generator : default_generator();
     // The blocks dropout() would reserve for the [batch, Tq, Tk] probabilities.
-    args.rng = g.reserve(static_cast<uint64_t>((batch * tq * tk + 3) / 4));
+    const int64_t rows = q.dim() > 3 ? q.size(0) : batch;
+    const RowDraw draw = reserve_rows(g, rows, rows > 0 ? batch / rows * tq * tk : 0,
+                                      "scaled_dot_product_attention");
+    GRADUS_CHECK(draw.lane == 0, ValueError,
+                 "scaled_dot_product_attention: dropout in a micro-batch whose first probability "
+                 "is not at a multiple of 4 in the whole batch's stream (heads x Tq x Tk = ",
+                 batch / rows * tq * tk, " per sample) is not supported; use a micro-batch size ",
+                 "that makes it one");
+    args.rng = draw.state;
   }
   const Tensor qf = fold(q, batch), kf = fold(k, batch), vf = fold(v, batch);
   const DType stat = q.dtype() == DType::f64 ? DType::f64 : DType::f32;

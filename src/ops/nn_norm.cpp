@@ -223,11 +223,24 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   check_floating("dropout", x);
   if (p == 1.0) return mul(x, 0.0);  // everything dropped (and no division by 1 - p = 0)
   Generator& g = gen != nullptr ? *gen : default_generator();
-  // One Philox block gives 4 uniforms: reserve ceil(numel / 4) blocks (random.h's layout).
-  const PhiloxState state = g.reserve(static_cast<uint64_t>((x.numel() + 3) / 4));
+  // One Philox block gives 4 uniforms: ceil(numel / 4) blocks (random.h's layout), or the whole
+  // batch's inside a pipeline micro-batch (reserve_rows).
+  const int64_t rows = x.dim() > 0 ? x.size(0) : 1;
+  const RowDraw draw = reserve_rows(g, rows, rows > 0 ? x.numel() / rows : 0, "dropout");
   Tensor out = new_empty(x.sizes(), x.dtype(), x.device());
   Tensor mask = new_empty(x.sizes(), DType::u8, x.device());
-  if (out.numel() > 0) backend_of(x).dropout(contiguous_raw(x), p, state, out, mask);
+  if (out.numel() > 0 && draw.lane == 0) {
+    backend_of(x).dropout(contiguous_raw(x), p, draw.state, out, mask);
+  } else if (out.numel() > 0) {
+    // The slice starts mid-block: draw for `lane` leading values too, then drop them.
+    NoGradGuard no_grad;
+    const Tensor padded = cat({zeros({draw.lane}, x.options()), x.detach().reshape({-1})}, 0);
+    Tensor pout = new_empty(padded.sizes(), x.dtype(), x.device());
+    Tensor pmask = new_empty(padded.sizes(), DType::u8, x.device());
+    backend_of(x).dropout(padded, p, draw.state, pout, pmask);
+    out.copy_(pout.narrow(0, draw.lane, x.numel()).reshape(x.sizes()));
+    mask.copy_(pmask.narrow(0, draw.lane, x.numel()).reshape(x.sizes()));
+  }
   return record(
       "dropout", out, {x},
       [sm = SavedTensor(mask), scale = 1.0 / (1.0 - p)](const TensorList& gr, const NeedsGrad&) {

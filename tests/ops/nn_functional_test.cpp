@@ -738,6 +738,29 @@ TEST(Dropout, ScalesKeptValuesAndMasksGradients) {
   EXPECT_NE(dropout(x.detach(), p, true, &gen).to_vector<double>(), yv);
 }
 
+// Inside a BatchSlice (pipeline micro-batches), dropout of some rows draws what the whole
+// batch's dropout draws for those rows, also when the slice starts mid-block (3 values per row:
+// rows from 1 start at words 3, 6, 9 ...), and the generator advances by the whole batch's blocks.
+TEST(Dropout, RowSlicesDrawWhatTheWholeBatchDraws) {
+  const uint64_t s = fresh_seed();
+  const Tensor x = random_tensor({7, 3}, s, 0.5, 1.5);
+  Generator whole_gen(s);
+  const Tensor whole = dropout(x, 0.5, true, &whole_gen);
+  for (const auto& [begin, rows] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 7}, {1, 2}, {3, 4}, {6, 1}}) {
+    Generator gen(s);
+    BatchSliceGuard slice({begin, rows, 7});
+    const Tensor part = dropout(x.narrow(0, begin, rows), 0.5, true, &gen);
+    EXPECT_EQ(part.to_vector<double>(), whole.narrow(0, begin, rows).to_vector<double>())
+        << "rows " << begin << " + " << rows;
+    EXPECT_EQ(gen.state().offset, whole_gen.state().offset);
+  }
+  Generator gen(s);
+  BatchSliceGuard slice({0, 2, 7});
+  GRADUS_EXPECT_ERROR(dropout(x, 0.5, true, &gen), ValueError, "dropout", "micro-batch of 2");
+  EXPECT_THROW(BatchSliceGuard({5, 3, 7}), ValueError);
+}
+
 TEST(Dropout, EdgeCases) {
   const Tensor x = random_tensor({4, 5}, fresh_seed());
   EXPECT_TRUE(dropout(x, 0.5, false).same(x));

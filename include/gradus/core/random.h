@@ -82,4 +82,42 @@ class Generator {
 Generator& default_generator();
 void manual_seed(uint64_t seed);
 
+// Row slices of random draws. Pipeline parallelism runs a batch as micro-batches, one slice of
+// rows at a time, yet must draw what the whole batch would have drawn (so that a pipeline run
+// equals one process with the whole batch). Inside a BatchSliceGuard, an op that draws per row
+// of a batch-leading tensor (dropout, attention dropout) reserves the whole batch's blocks and
+// reads the part of the stream that belongs to rows [begin, begin + rows) of total_rows; the
+// caller resets the generator between slices so that every slice starts at the same offset.
+struct BatchSlice {
+  int64_t begin = 0;
+  int64_t rows = 0;
+  int64_t total_rows = 0;
+};
+
+// Sets this thread's slice for its lifetime (nested guards restore the outer slice).
+class BatchSliceGuard {
+ public:
+  explicit BatchSliceGuard(BatchSlice slice);
+  ~BatchSliceGuard();
+  BatchSliceGuard(const BatchSliceGuard&) = delete;
+  BatchSliceGuard& operator=(const BatchSliceGuard&) = delete;
+
+ private:
+  BatchSlice previous_;
+  bool had_previous_;
+};
+
+// This thread's slice, or nullptr outside a BatchSliceGuard.
+const BatchSlice* current_batch_slice();
+
+// The draw of `rows * per_row` values of a tensor whose first dimension (of size `rows`) is the
+// batch: `state` is where its first value lies in the stream and `lane` that value's word within
+// its Philox block (0 unless a slice starts mid-block). Outside a slice: g.reserve of the values'
+// blocks, lane 0. Inside one: rows must equal the slice's rows (else ValueError naming `op`).
+struct RowDraw {
+  PhiloxState state;
+  int64_t lane = 0;
+};
+RowDraw reserve_rows(Generator& g, int64_t rows, int64_t per_row, const char* op);
+
 }  // namespace gradus

@@ -111,8 +111,10 @@ struct CommStats {
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
-  int rank() const { return rank_; }
+  int rank() const { return rank_; }  // within this group
   int size() const { return size_; }
+  // The world rank of each member, in group-rank order (0..size-1 for the world's group).
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
   std::chrono::duration<double> timeout() const { return timeout_; }
 
   // Tensors: contiguous, of a floating dtype (f32, f64, f16, bf16) or i32/i64, on the CPU (MPI)
@@ -143,15 +145,30 @@ class ProcessGroup {
   virtual CommStats stats() const = 0;
 
  protected:
-  ProcessGroup(int rank, int size, std::chrono::duration<double> timeout)
-      : rank_(rank), size_(size), timeout_(timeout) {}
+  ProcessGroup(int rank, int size, std::chrono::duration<double> timeout,
+               std::vector<int> world_ranks)
+      : rank_(rank), size_(size), timeout_(timeout), world_ranks_(std::move(world_ranks)) {}
   int rank_;
   int size_;
   std::chrono::duration<double> timeout_;
+  std::vector<int> world_ranks_;
 };
 
 // The group of every rank (after init(); init() is called with default options if needed).
 std::shared_ptr<ProcessGroup> default_group();
+
+// Sub-groups (for 2-D layouts: data-parallel x pipeline or x tensor parallel). Both are
+// collective over the world: every rank calls them, in the same order relative to its other
+// collectives, and they fail with DistError (never hang) when ranks disagree or one is missing.
+//
+// split_group: the ranks passing the same color form one group, ordered by (key, world rank);
+// key < 0 means the world rank. A negative color (kNoGroup) joins no group and gets nullptr.
+// One call creates every group of a layout axis (as MPI_Comm_split does).
+inline constexpr int kNoGroup = -1;
+std::shared_ptr<ProcessGroup> split_group(int color, int key = -1);
+// new_group: one group of the given world ranks (distinct, in group-rank order), the same list
+// on every rank; ranks outside it get nullptr.
+std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks);
 
 // Blocks until every work in `works` completed; rethrows the first failure.
 void wait_all(const std::vector<WorkPtr>& works);
