@@ -174,11 +174,10 @@ Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, PipelineOptions option
 struct Pipeline::MicroBatch {
   int index = 0;
   int64_t row_begin = 0, rows = 0;
-  Tensor input;              // what the stage's first layer got (a leaf needing grad after stage 0)
-  Tensor output;             // the stage's output; on the last stage, the weighted loss
-  Tensor gradient;           // the output's gradient, arriving from the next stage
-  WorkPtr gradient_work;     // its receive
-  std::vector<Tensor> sent;  // kept alive until the step's sends complete
+  Tensor input;           // what the stage's first layer got (a leaf needing grad after stage 0)
+  Tensor output;          // the stage's output; on the last stage, the weighted loss
+  Tensor gradient;        // the output's gradient, arriving from the next stage
+  WorkPtr gradient_work;  // its receive
   double loss = 0;
 };
 
@@ -345,10 +344,8 @@ void Pipeline::run_forward(MicroBatch& mb, Mailbox& mail, const Tensor& input, c
   h[kMicroBatch] = mb.index;
   h[kRowBegin] = mb.row_begin;
   h[kBatchRows] = batch_rows;
-  mb.sent.push_back(header);
-  mb.sent.push_back(data);
-  sends_.push_back(group_->send(header, stage_ + 1, kHeaderTag, "pipeline header"));
-  sends_.push_back(group_->send(data, stage_ + 1, kActivationTag, "pipeline activation"));
+  send(header, stage_ + 1, kHeaderTag, "pipeline header");
+  send(data, stage_ + 1, kActivationTag, "pipeline activation");
   if (grad) {
     // The gradient of this output will come back: post its receive now.
     mb.gradient = empty(data.sizes(), {.dtype = data.dtype(), .device = data.device()});
@@ -370,13 +367,26 @@ void Pipeline::run_backward(MicroBatch& mb, Mailbox& mail) {
     Tensor g = mb.input.requires_grad() ? mb.input.grad() : Tensor();
     if (!g.defined()) g = zeros_like(mb.input);  // the stage did not use its input
     g = g.contiguous();
-    mb.sent.push_back(g);
-    sends_.push_back(group_->send(g, stage_ - 1, kGradientTag, "pipeline gradient"));
+    send(g, stage_ - 1, kGradientTag, "pipeline gradient");
   }
   // The activations of this micro-batch are no longer needed.
   mb.input = Tensor();
   mb.output = Tensor();
   mb.gradient = Tensor();
+}
+
+void Pipeline::send(const Tensor& t, int dst, int tag, const char* label) {
+  // A sent tensor lives until its send completed; completed sends are let go at once, so the
+  // memory a stage holds is what its schedule needs, not every message of the step.
+  for (size_t i = 0; i < sends_.size();) {
+    if (sends_[i].first->is_completed()) {
+      sends_[i].first->wait();  // rethrows a failure
+      sends_.erase(sends_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  sends_.emplace_back(group_->send(t, dst, tag, label), t);
 }
 
 double Pipeline::train_step(const Tensor& input, const Tensor& target, const LossFn& loss) {
@@ -451,7 +461,9 @@ std::pair<double, Tensor> Pipeline::run(const Tensor& input, const Tensor& targe
     }
   }
   const Clock::time_point sends_start = Clock::now();
-  wait_all(sends_);
+  std::vector<WorkPtr> pending;
+  for (const auto& [work, tensor] : sends_) pending.push_back(work);
+  wait_all(pending);
   stats_.wait_seconds += seconds_since(sends_start);
   sends_.clear();
 

@@ -4,7 +4,9 @@
 #pragma once
 
 #include "gradus/dist/ddp.h"
+#include "gradus/dist/layout.h"
 #include "gradus/dist/parameter_server.h"
+#include "gradus/dist/pipeline.h"
 #include "gradus/dist/process_group.h"
 #include "gradus/dist/tensor_parallel.h"
 #include "gradus/dist/zero.h"

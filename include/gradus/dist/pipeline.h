@@ -123,8 +123,10 @@ class Pipeline {
   int64_t first_layer_ = 0, end_layer_ = 0;
   std::vector<int64_t> partition_;
   PipelineStats stats_;
-  std::vector<WorkPtr> sends_;  // this step's sends, completed before it returns
-  PhiloxState step_rng_;        // the random stream's position when the step started
+  void send(const Tensor& t, int dst, int tag, const char* label);
+  // This step's sends not yet seen complete, with their tensors; all complete before it returns.
+  std::vector<std::pair<WorkPtr, Tensor>> sends_;
+  PhiloxState step_rng_;  // the random stream's position when the step started
 };
 
 // Averages each gradient of `params` over `group` (data parallelism around a pipeline or tensor-
