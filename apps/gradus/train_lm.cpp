@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "evaluation.h"
 #include "gradus/gradus.h"
+#include "profile_cmd.h"
 #include "timing.h"
 #include "train_outputs.h"
 
@@ -152,6 +153,7 @@ int run_train_lm(const TrainOptions& o) {
       static_cast<long long>(vocab_size), device.str().c_str());
   MetricsFile metrics(o.metrics);
   check_save_path(o.save, true);
+  TrainingProfiler profiler(o.profile, o.profile_steps, true);  // --profile (profile_cmd.h)
 
   // The same val_batches windows at every evaluation, so the curve compares like with like.
   auto evaluate = [&] {
@@ -173,6 +175,7 @@ int run_train_lm(const TrainOptions& o) {
   double val_loss = NAN, window_loss = 0;
   int64_t window_steps = 0;
   auto window_start = Clock::now();
+  profiler.at_step(0);
   for (int64_t step = 0; step < o.iters; ++step) {
     const double lr = lr_at(step, o);
     optimizer.set_lr(lr);
@@ -186,6 +189,7 @@ int run_train_lm(const TrainOptions& o) {
     if (o.grad_clip > 0) optim::clip_grad_norm(model.trainable_parameters(), o.grad_clip);
     optimizer.step();
     optimizer.zero_grad();
+    profiler.at_step(step + 1);
     const double l = loss.item();
     GRADUS_CHECK(std::isfinite(l), ValueError, "train: the loss became ", l, " at step ", step);
     window_loss += l;
@@ -211,6 +215,7 @@ int run_train_lm(const TrainOptions& o) {
       window_start = Clock::now();
     }
   }
+  profiler.finish();
   if (!o.save.empty()) {
     check_finite_parameters(model, "--save " + o.save);
     std::map<std::string, std::string> meta = {{"format", "pt"},

@@ -44,7 +44,7 @@ void accumulate(Tensor& slot, const Tensor& grad) {
 
 // The profiler's name for a node's backward: "<op>_backward" for the ops' nodes (named after
 // their op, lower case), the node's own name for the others (AccumulateGrad, hooks).
-std::string backward_event_name(const Node& node) {
+[[maybe_unused]] std::string backward_event_name(const Node& node) {
   std::string name = node.name();
   if (!name.empty() && name[0] >= 'a' && name[0] <= 'z') name += "_backward";
   return name;

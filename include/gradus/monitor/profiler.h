@@ -74,7 +74,7 @@ class Profile {
   // Rows sorted by self time, largest first (the profiled steps themselves are not rows).
   std::vector<OpStats> key_averages() const;
   // The rows as a fixed-width text table (at most max_rows, then "... N more").
-  std::string table(size_t max_rows = 25) const;
+  std::string table(size_t max_rows = 100) const;
   // {"steps": N, "step_time_us": ..., "ops": [{name, category, calls, total_us, self_us,
   // device_us, percent}, ...]}
   std::string summary_json() const;
