@@ -50,6 +50,7 @@ using namespace ops;
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionOptions& o) {
+  GRADUS_PROFILE_OP("scaled_dot_product_attention");
   if (AutocastInputs cast{"scaled_dot_product_attention", {&q, &k, &v}}) {
     return scaled_dot_product_attention(cast[0], cast[1], cast[2], o);
   }
@@ -103,6 +104,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  GRADUS_PROFILE_OP("masked_fill");
   check_defined("masked_fill", {&x, &mask});
   GRADUS_CHECK(mask.dtype() == DType::boolean, DTypeError, "masked_fill: mask must be bool, got ",
                dtype_name(mask.dtype()));

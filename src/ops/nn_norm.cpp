@@ -46,6 +46,7 @@ using namespace ops;
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, double momentum,
                   double eps) {
+  GRADUS_PROFILE_OP("batch_norm");
   // The running statistics are never cast: they are updated in place.
   if (AutocastInputs cast{"batch_norm", {&x, &weight, &bias}}) {
     return batch_norm(cast[0], running_mean, running_var, cast[1], cast[2], training, momentum,
@@ -155,6 +156,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 // ------------------------------------------------------------------------------------ layer norm
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
+  GRADUS_PROFILE_OP("layer_norm");
   if (AutocastInputs cast{"layer_norm", {&x, &weight, &bias}}) {
     return layer_norm(cast[0], normalized_shape, cast[1], cast[2], eps);
   }
@@ -216,6 +218,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 
 // ------------------------------------------------------------------------------------ dropout
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  GRADUS_PROFILE_OP("dropout");
   check_defined("dropout", {&x});
   GRADUS_CHECK(p >= 0.0 && p <= 1.0, ValueError, "dropout: probability p must be in [0, 1], got ",
                p);
