@@ -51,8 +51,6 @@ struct TrainOptions {
   int64_t limit_train = -1;
   int64_t limit_test = -1;
   bool no_progress = false;
-  std::string profile;        // --profile: Chrome trace file (profile_cmd.h)
-  std::string profile_steps;  // --profile-steps A:B
   double dropout = 0.0;  // mlp only: dropout after each hidden activation
   // Parameter-name prefixes to freeze (no gradient, not updated; batch norms under them stay in
   // eval mode), e.g. "features." or "0.".
@@ -73,6 +71,8 @@ struct TrainOptions {
   int64_t stop_after_steps = 0;  // > 0: checkpoint and stop after this many steps (in total)
   bool detect_anomaly = false;
   bool deterministic = false;
+  bool augment = false;          // --augment: crop, flip, normalise on the device (train_augment.h)
+  int64_t augment_padding = -1;  // -1: 2 for 28x28 images, 4 for 32x32
   // Data parallelism (docs/design.md, "Distributed"): "" (one process), ddp, ps or zero1.
   // batch_size is the global batch in every mode; each rank trains on its share.
   std::string dist;
@@ -106,6 +106,8 @@ struct GenerateOptions {
 int run_generate(const GenerateOptions& o);
 // The language-model flags of `train` and the `generate` subcommand (train_lm.cpp).
 void add_lm_train_options(CLI::App& train, TrainOptions& o);
+// --augment and --augment-padding (train_augment.cpp).
+void add_augment_options(CLI::App& train, TrainOptions& o);
 void add_gpt_shape_options(CLI::App& command, GptShape& shape);
 void add_generate_command(CLI::App& app, GenerateOptions& o);
 

@@ -46,10 +46,15 @@ std::string Progress::line(int64_t done, double loss, int64_t samples, size_t pe
     std::snprintf(memory, sizeof(memory), "  peak %.1f MiB",
                   static_cast<double>(peak_bytes) / (1 << 20));
   }
-  char buf[320];
-  std::snprintf(buf, sizeof(buf), "%s [%s] %lld/%lld loss %.4f  %.0f samples/s%s  ETA %s",
+  char wait[40] = "";
+  if (data_wait_ >= 0 && elapsed > 0) {
+    std::snprintf(wait, sizeof(wait), "  data wait %.0f%%", 100.0 * data_wait_ / elapsed);
+  }
+  char buf[360];
+  std::snprintf(buf, sizeof(buf), "%s [%s] %lld/%lld loss %.4f  %.0f samples/s%s%s  ETA %s",
                 label_.c_str(), bar.c_str(), static_cast<long long>(done),
-                static_cast<long long>(total_), loss, rate, memory, format_duration(eta).c_str());
+                static_cast<long long>(total_), loss, rate, memory, wait,
+                format_duration(eta).c_str());
   return buf;
 }
 

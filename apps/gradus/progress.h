@@ -17,6 +17,8 @@ class Progress {
   // After step `done` (1-based) with the running mean loss, samples processed so far and, when
   // known, the peak bytes tensors held so far (shown as "peak 123.4 MiB").
   void update(int64_t done, double loss, int64_t samples, size_t peak_bytes = 0);
+  // Seconds the loop has waited for data so far (shown as "data wait 3%" of the elapsed time).
+  void set_data_wait(double seconds) { data_wait_ = seconds; }
   // Ends the bar (a newline on a terminal).
   void finish();
   double elapsed_seconds() const;
@@ -32,6 +34,7 @@ class Progress {
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_draw_;
   bool drawn_ = false;
+  double data_wait_ = -1;  // < 0: not shown
 };
 
 // "1:02:03" or "2:03".

@@ -33,10 +33,10 @@
 #include "gradus/io/io.h"
 #include "gradus/nn/models.h"
 #include "gradus/optim/optim.h"
-#include "profile_cmd.h"
 #include "progress.h"
 #include "run_state.h"
 #include "timing.h"
+#include "train_augment.h"
 #include "train_checkpoints.h"
 #include "train_outputs.h"
 
@@ -132,7 +132,6 @@ int run_train_images(const TrainOptions& options) {
   // Fail on an unwritable metrics file or --save path before spending time on training.
   MetricsFile metrics(lead ? o.metrics : "");
   check_save_path(o.save, lead);
-  TrainingProfiler profiler(o.profile, o.profile_steps, lead);  // --profile (profile_cmd.h)
   // One writer per checkpoint directory, for the whole run (released by the kernel at exit).
   std::unique_ptr<io::DirectoryLock> checkpoint_lock;
   if (!o.checkpoint_dir.empty() && lead) {
@@ -145,9 +144,10 @@ int run_train_images(const TrainOptions& options) {
                "train: --data mnist needs --data-dir DIR (a directory with MNIST's four "
                "*-ubyte.gz files)");
   const std::string dir = o.data_dir.empty() ? data::kDefaultFashionMnistDir : o.data_dir;
-  auto load = [&](bool train, int64_t limit) {
-    return mnist ? data::load_mnist(dir, train, limit)
-                 : data::load_fashion_mnist(dir, train, limit);
+  // normalise = false: raw [0, 1] pixels (--augment normalises on the device, after padding).
+  auto load = [&](bool train, int64_t limit, bool normalise) {
+    return mnist ? data::load_mnist(dir, train, limit, normalise)
+                 : data::load_fashion_mnist(dir, train, limit, normalise);
   };
 
   // --amp f16 scales the loss; the scaler's skip decision needs the same gradients on every rank,
@@ -237,15 +237,16 @@ int run_train_images(const TrainOptions& options) {
   };
 
   // The data last: a bad model option (--freeze PREFIX) fails before the dataset is read.
-  std::shared_ptr<data::TensorDataset> train_set = load(true, o.limit_train);
-  std::shared_ptr<data::TensorDataset> test_set = load(false, o.limit_test);
+  std::shared_ptr<data::TensorDataset> train_set = load(true, o.limit_train, !o.augment);
+  std::shared_ptr<data::TensorDataset> test_set = load(false, o.limit_test, true);
   data::DataLoader train_loader(train_set, {.batch_size = o.batch_size,
                                             .shuffle = true,
                                             .seed = o.seed,
                                             .device = device,
                                             .num_workers = o.workers,
                                             .rank = world.rank,
-                                            .world_size = distributed ? world.size : 1});
+                                            .world_size = distributed ? world.size : 1,
+                                            .transform = augment_transform(o, *train_set, lead)});
   Evaluator evaluate(test_set, std::max<int64_t>(o.batch_size, 500), device, o.workers, world,
                      distributed);
   const int64_t steps_per_epoch = train_loader.size();
@@ -300,10 +301,10 @@ int run_train_images(const TrainOptions& options) {
   bool evaluated = false;
   double first_loss = -1;  // for the divergence warning
   bool warned_growth = false;
-  profiler.at_step(step);
   for (int64_t epoch = start.position.epoch; epoch < o.epochs; ++epoch) {
     const bool resumed_epoch = epoch == start.position.epoch;
     train_loader.set_position(resumed_epoch ? start.position : data::LoaderPosition{epoch, 0});
+    train_loader.reset_stats();  // the epoch's wait for data
     if (device.is_cuda()) {
       cuda::reset_peak_memory_stats(device.index());
     } else {
@@ -332,7 +333,6 @@ int run_train_images(const TrainOptions& options) {
       scaler.update();
       if (scheduler) scheduler->step();
       ++step;
-      profiler.at_step(step);
       const data::LoaderPosition next = train_loader.position();  // (epoch, this batch + 1)
       double value = loss.item();
       if (distributed) {
@@ -377,6 +377,7 @@ int run_train_images(const TrainOptions& options) {
         stop(next, progress, sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM");
         return 128 + sig;
       }
+      bar.set_data_wait(train_loader.stats().wait_seconds);
       bar.update(next.batch,
                  progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.samples, 1)),
                  samples_here, epoch_peak());
@@ -394,11 +395,13 @@ int run_train_images(const TrainOptions& options) {
     const double lr = progress.samples > 0 ? progress.last_lr : optimizer->lr();
     // The most memory tensors held during the epoch (on the training device).
     const size_t peak = epoch_peak();
+    const data::LoaderStats loader_stats = train_loader.stats();
     std::printf(
         "epoch %lld/%d train_loss %.4f test_loss %.4f test_accuracy %.4f (%.1f s, %.0f "
-        "samples/s, lr %.3g, peak memory %.1f MiB)\n",
+        "samples/s, lr %.3g, peak memory %.1f MiB%s)\n",
         static_cast<long long>(epoch + 1), o.epochs, train_loss, result.loss, result.accuracy,
-        epoch_seconds, samples_per_s, lr, static_cast<double>(peak) / (1 << 20));
+        epoch_seconds, samples_per_s, lr, static_cast<double>(peak) / (1 << 20),
+        data_wait_text(loader_stats, train_seconds).c_str());
     std::fflush(stdout);
     nlohmann::ordered_json line = {{"epoch", epoch + 1},
                                    {"train_loss", train_loss},
@@ -406,6 +409,7 @@ int run_train_images(const TrainOptions& options) {
                                    {"test_accuracy", result.accuracy},
                                    {"epoch_seconds", epoch_seconds},
                                    {"samples_per_s", samples_per_s},
+                                   {"data_wait_s", loader_stats.wait_seconds},
                                    {"lr", lr},
                                    {"peak_memory_bytes", peak},
                                    {"step", step},
@@ -422,7 +426,6 @@ int run_train_images(const TrainOptions& options) {
     metrics.write(line);
     if (o.checkpoint_every == 0) checkpoints.save(step, {epoch + 1, 0}, {});
   }
-  profiler.finish();
   // The final state (a --resume of a finished run finds nothing left to do).
   checkpoints.save(step, {std::max<int64_t>(o.epochs, start.position.epoch), 0}, {});
   if (!evaluated) {  // resumed after the last epoch

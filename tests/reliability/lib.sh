@@ -32,7 +32,7 @@ step_losses() {
 # memory differs).
 epoch_lines() {
   grep '"train_loss"' "$1" |
-    sed -E 's/"epoch_seconds":[^,]*,//; s/"samples_per_s":[^,]*,//; s/"peak_memory_bytes":[^,]*,//; s/"elapsed_s":[^,]*,//'
+    sed -E 's/"epoch_seconds":[^,]*,//; s/"samples_per_s":[^,]*,//; s/"peak_memory_bytes":[^,]*,//; s/"elapsed_s":[^,]*,//; s/"data_wait_s":[^,]*,//'
 }
 
 sha() {
