@@ -51,6 +51,8 @@ struct TrainOptions {
   int64_t limit_train = -1;
   int64_t limit_test = -1;
   bool no_progress = false;
+  std::string profile;        // --profile: Chrome trace file (profile_cmd.h)
+  std::string profile_steps;  // --profile-steps A:B
   double dropout = 0.0;  // mlp only: dropout after each hidden activation
   // Parameter-name prefixes to freeze (no gradient, not updated; batch norms under them stay in
   // eval mode), e.g. "features." or "0.".

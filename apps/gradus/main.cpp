@@ -17,6 +17,7 @@
 #include "gradus/core/error.h"
 #include "gradus/dist/process_group.h"
 #include "gradus/nn/models.h"
+#include "profile_cmd.h"
 
 namespace {
 
@@ -113,6 +114,7 @@ void add_train(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   gradus::cli::add_lm_train_options(*c, o);
   gradus::cli::add_augment_options(*c, o);
+  gradus::cli::add_profile_options(*c, o);
   c->add_option("--data-dir", o.data_dir,
                 "Directory with the four IDX files (default for fashion-mnist: "
                 "/usr/share/datasets/fashion-mnist)");

@@ -33,6 +33,7 @@
 #include "gradus/io/io.h"
 #include "gradus/nn/models.h"
 #include "gradus/optim/optim.h"
+#include "profile_cmd.h"
 #include "progress.h"
 #include "run_state.h"
 #include "timing.h"
@@ -132,6 +133,7 @@ int run_train_images(const TrainOptions& options) {
   // Fail on an unwritable metrics file or --save path before spending time on training.
   MetricsFile metrics(lead ? o.metrics : "");
   check_save_path(o.save, lead);
+  TrainingProfiler profiler(o.profile, o.profile_steps, lead);  // --profile (profile_cmd.h)
   // One writer per checkpoint directory, for the whole run (released by the kernel at exit).
   std::unique_ptr<io::DirectoryLock> checkpoint_lock;
   if (!o.checkpoint_dir.empty() && lead) {
@@ -301,6 +303,7 @@ int run_train_images(const TrainOptions& options) {
   bool evaluated = false;
   double first_loss = -1;  // for the divergence warning
   bool warned_growth = false;
+  profiler.at_step(step);
   for (int64_t epoch = start.position.epoch; epoch < o.epochs; ++epoch) {
     const bool resumed_epoch = epoch == start.position.epoch;
     train_loader.set_position(resumed_epoch ? start.position : data::LoaderPosition{epoch, 0});
@@ -333,6 +336,7 @@ int run_train_images(const TrainOptions& options) {
       scaler.update();
       if (scheduler) scheduler->step();
       ++step;
+      profiler.at_step(step);
       const data::LoaderPosition next = train_loader.position();  // (epoch, this batch + 1)
       double value = loss.item();
       if (distributed) {
@@ -426,6 +430,7 @@ int run_train_images(const TrainOptions& options) {
     metrics.write(line);
     if (o.checkpoint_every == 0) checkpoints.save(step, {epoch + 1, 0}, {});
   }
+  profiler.finish();
   // The final state (a --resume of a finished run finds nothing left to do).
   checkpoints.save(step, {std::max<int64_t>(o.epochs, start.position.epoch), 0}, {});
   if (!evaluated) {  // resumed after the last epoch
