@@ -15,6 +15,7 @@
 #include "data/loader_stages.h"
 #include "gradus/autograd.h"
 #include "gradus/core/error.h"
+#include "gradus/core/profiling.h"
 
 namespace gradus::data {
 
@@ -80,7 +81,10 @@ class DataLoader::EpochRun {
       // No more threads than batches left (counted before any worker touches next_claim_).
       const int64_t threads = std::min<int64_t>(workers, end_ - start_batch);
       for (int64_t w = 0; w < threads; ++w) {
-        threads_.emplace_back([this] { worker(); });
+        threads_.emplace_back([this, w] {
+          profiling::set_thread_name("dataloader worker " + std::to_string(w));
+          worker();
+        });
       }
       advance();
     } catch (...) {
@@ -110,6 +114,8 @@ class DataLoader::EpochRun {
       return;
     }
     const auto waiting = Clock::now();
+    // The loop's view: with workers, how long it waited for a batch; without, the whole load.
+    GRADUS_PROFILE_SCOPE(data, "dataloader.next");
     const int64_t b = next_consume_;
     if (feed_) {
       advance_on_device(b);
@@ -198,6 +204,7 @@ class DataLoader::EpochRun {
   }
 
   Example load(int64_t b) const {
+    GRADUS_PROFILE_SCOPE(data, "dataloader.load");
     const DataLoaderOptions& o = loader_->options_;
     const int64_t n = static_cast<int64_t>(order_.size());
     const auto [first, last] = loader_->batch_range(b, n);
