@@ -43,7 +43,7 @@ void check_writable(const std::string& path) {
 void add_profile_options(CLI::App& c, TrainOptions& o) {
   c.add_option("--profile", o.profile,
                "Profile some training steps: write their Chrome trace (Perfetto, "
-               "chrome://tracing) to this file and print the summary table");
+               "chrome://tracing; with tensor shapes) to this file and print the summary table");
   c.add_option("--profile-steps", o.profile_steps,
                "Steps to profile, A:B (1-based, inclusive; default 3:5, after warm-up)");
 }
@@ -86,7 +86,9 @@ void TrainingProfiler::at_step(int64_t completed) {
     ++recorded_steps_;
     if (completed >= range_.last) report();
   } else if (completed == range_.first - 1) {
-    profiler_ = std::make_unique<monitor::Profiler>();
+    // A few steps only: the shapes' formatting is affordable, and they make the trace readable.
+    profiler_ =
+        std::make_unique<monitor::Profiler>(monitor::ProfilerOptions{.record_shapes = true});
   }
 }
 
