@@ -53,7 +53,7 @@ struct TrainOptions {
   bool no_progress = false;
   std::string profile;        // --profile: Chrome trace file (profile_cmd.h)
   std::string profile_steps;  // --profile-steps A:B
-  double dropout = 0.0;  // mlp only: dropout after each hidden activation
+  double dropout = 0.0;       // mlp only: dropout after each hidden activation
   // Parameter-name prefixes to freeze (no gradient, not updated; batch norms under them stay in
   // eval mode), e.g. "features." or "0.".
   std::vector<std::string> freeze;
@@ -78,7 +78,12 @@ struct TrainOptions {
   // Data parallelism (docs/design.md, "Distributed"): "" (one process), ddp, ps or zero1.
   // batch_size is the global batch in every mode; each rank trains on its share.
   std::string dist;
-  double dist_timeout = 60.0;       // seconds any rank waits on a collective before giving up
+  double dist_timeout = 60.0;  // seconds any rank waits on a collective before giving up
+  // Model parallelism (train_parallel.cpp): the world is data x pipeline (pp) x tensor (tp).
+  int tp = 1;
+  int pp = 1;
+  int micro_batches = 1;
+  std::string schedule = "1f1b";
   std::string lr_scaling = "none";  // linear: lr * batch_size / lr_reference_batch
   int64_t lr_reference_batch = 128;
   // Language modelling (--model gpt, --data text|tokens; train_lm.cpp).
@@ -94,6 +99,9 @@ struct TrainOptions {
 };
 int run_train(const TrainOptions& o);
 int run_train_lm(const TrainOptions& o);
+int run_train_model_parallel(const TrainOptions& o);
+// --tp, --pp, --micro-batches, --schedule (train_parallel.cpp).
+void add_model_parallel_options(CLI::App& train, TrainOptions& o);
 
 struct GenerateOptions {
   std::string checkpoint;  // a --save file of `gradus train --model gpt`

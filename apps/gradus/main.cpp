@@ -114,6 +114,7 @@ void add_train(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   gradus::cli::add_lm_train_options(*c, o);
   gradus::cli::add_augment_options(*c, o);
+  gradus::cli::add_model_parallel_options(*c, o);
   gradus::cli::add_profile_options(*c, o);
   c->add_option("--data-dir", o.data_dir,
                 "Directory with the four IDX files (default for fashion-mnist: "

@@ -40,51 +40,11 @@
 #include "train_augment.h"
 #include "train_checkpoints.h"
 #include "train_outputs.h"
+#include "train_setup.h"
 
 namespace gradus::cli {
 
 namespace {
-
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, double lr,
-                                                 std::vector<Tensor> params) {
-  const bool default_decay = o.weight_decay < 0;
-  if (o.optimizer == "sgd") {
-    optim::SGDOptions opts{.lr = lr, .momentum = o.momentum};
-    if (!default_decay) opts.weight_decay = o.weight_decay;
-    return std::make_unique<optim::SGD>(params, opts);
-  }
-  if (o.optimizer == "adam") {
-    optim::AdamOptions opts{.lr = lr};
-    if (!default_decay) opts.weight_decay = o.weight_decay;
-    return std::make_unique<optim::Adam>(params, opts);
-  }
-  if (o.optimizer == "adamw") {
-    optim::AdamWOptions opts{.lr = lr};
-    if (!default_decay) opts.weight_decay = o.weight_decay;
-    return std::make_unique<optim::AdamW>(params, opts);
-  }
-  throw ValueError("train: unknown optimizer '" + o.optimizer + "' (expected sgd, adam or adamw)");
-}
-
-// The per-step LR schedule (stepped after every optimizer step): a linear warm-up over
-// warmup_steps (from 1% of --lr), then constant (none), a half cosine down to 0 over the remaining
-// steps (cosine), or a drop by step_gamma every step_epochs epochs (step). nullptr = constant.
-std::shared_ptr<optim::LRScheduler> make_scheduler(const TrainOptions& o,
-                                                   optim::Optimizer& optimizer, int64_t total_steps,
-                                                   int64_t steps_per_epoch) {
-  std::shared_ptr<optim::LRScheduler> after;
-  if (o.scheduler == "cosine") {
-    after = std::make_shared<optim::CosineAnnealingLR>(
-        optimizer, std::max<int64_t>(1, total_steps - o.warmup_steps));
-  } else if (o.scheduler == "step") {
-    const int every = o.step_epochs > 0 ? o.step_epochs : std::max(1, o.epochs / 3);
-    after = std::make_shared<optim::StepLR>(optimizer, every * steps_per_epoch, o.step_gamma);
-  }
-  if (o.warmup_steps > 0) {
-    return std::make_shared<optim::LinearWarmup>(optimizer, o.warmup_steps, 0.01, after);
-  }
-  return after;
-}
 
 // The image-classification task (MNIST-style datasets; every nn::make_model model).
 int run_train_images(const TrainOptions& options);
@@ -99,6 +59,8 @@ struct TrainTask {
 };
 constexpr TrainTask kTrainTasks[] = {
     {"language-model", [](const TrainOptions& o) { return o.model == "gpt"; }, run_train_lm},
+    {"model-parallel-image-classification",
+     [](const TrainOptions& o) { return o.tp > 1 || o.pp > 1; }, run_train_model_parallel},
     {"image-classification", [](const TrainOptions&) { return true; }, run_train_images},
 };
 

@@ -309,11 +309,14 @@ void Pipeline::run_forward(MicroBatch& mb, Mailbox& mail, const Tensor& input, c
   // Every micro-batch starts this stage's draws at the same stream position; BatchSlice makes
   // each draw cover the whole (global) batch and read this micro-batch's rows of it.
   gen.set_state(rng);
-  const int64_t global_rows = options_.global_rows > 0 ? options_.global_rows : batch_rows;
+  // Training: this replica's rows of the global batch. forward(): the batch itself.
+  const bool global = loss != nullptr && options_.global_rows > 0;
+  const int64_t global_rows = global ? options_.global_rows : batch_rows;
+  const int64_t row_offset = global ? options_.global_row_offset : 0;
   {
     std::optional<NoGradGuard> no_grad;
     if (!grad) no_grad.emplace();
-    BatchSliceGuard slice({options_.global_row_offset + mb.row_begin, mb.rows, global_rows});
+    BatchSliceGuard slice({row_offset + mb.row_begin, mb.rows, global_rows});
     mb.output = stage_module_->forward(mb.input);
   }
   const PhiloxState rng_after = gen.state();

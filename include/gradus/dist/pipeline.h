@@ -56,7 +56,8 @@ struct PipelineOptions {
   std::vector<int64_t> partition = {};
   // With data parallelism around the pipeline: this replica's first row in the global batch and
   // the global batch's rows (0: the batch given to train_step is the whole batch). Random draws
-  // then match one process running the global batch.
+  // in train_step then match one process running the global batch (forward() draws as for its
+  // own batch).
   int64_t global_row_offset = 0;
   int64_t global_rows = 0;
 };

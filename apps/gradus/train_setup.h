@@ -1,0 +1,23 @@
+// Pieces of a training run shared by the train tasks (train.cpp, train_parallel.cpp).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "commands.h"
+#include "gradus/optim/optim.h"
+
+namespace gradus::cli {
+
+// --optimizer sgd|adam|adamw with --lr, --momentum and --weight-decay.
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, double lr,
+                                                 std::vector<Tensor> params);
+
+// The per-step LR schedule (stepped after every optimizer step): a linear warm-up over
+// warmup_steps (from 1% of --lr), then constant (none), a half cosine down to 0 over the remaining
+// steps (cosine), or a drop by step_gamma every step_epochs epochs (step). nullptr = constant.
+std::shared_ptr<optim::LRScheduler> make_scheduler(const TrainOptions& o,
+                                                   optim::Optimizer& optimizer, int64_t total_steps,
+                                                   int64_t steps_per_epoch);
+
+}  // namespace gradus::cli
