@@ -6,6 +6,7 @@
 
 #include "dist/dist_test_util.h"
 #include "gradus/dist/tensor_parallel.h"
+#include "gradus/dist/tensor_parallel_attention.h"
 #include "gradus/nn/layers.h"
 #include "gradus/nn/models.h"
 #include "gradus/optim/optim.h"
@@ -193,6 +194,68 @@ TEST(TensorParallel, FeaturesThatDoNotDivideAreRefused) {
               std::string::npos)
         << e.what();
   }
+}
+
+}  // namespace
+}  // namespace gradus::testing
+
+namespace gradus::testing {
+namespace {
+
+// GPT's attention with its 12 heads split over the ranks equals nn::CausalSelfAttention built
+// from the same seed: outputs, the input gradient and, through two SGD steps, every parameter
+// gradient (the gathered weights after the steps), in float64; and the full state dict round trip.
+TEST(TensorParallel, SelfAttentionEqualsTheOneDeviceBlock) {
+  const uint64_t seed = shared_seed();
+  nn::GPTConfig config;
+  config.n_head = 12;  // divides over 1, 2, 3 and 4 ranks
+  config.n_embd = 24;
+  manual_seed(seed);
+  dist::TensorParallelSelfAttention tp(config);
+  tp.to(DType::f64);
+  manual_seed(seed);
+  nn::CausalSelfAttention ref(config);
+  ref.to(DType::f64);
+  optim::SGD opt_tp(tp.parameters(), {.lr = 0.5});
+  optim::SGD opt_ref(ref.parameters(), {.lr = 0.5});
+  for (int step = 0; step < 2; ++step) {
+    Tensor x = random_tensor({2, 5, 24}, seed + step).to(DType::f64);
+    x.set_requires_grad(true);
+    Tensor x_ref = x.detach().clone();
+    x_ref.set_requires_grad(true);
+    const Tensor w = random_tensor({2, 5, 24}, seed + 10 + step).to(DType::f64);
+    opt_tp.zero_grad();
+    opt_ref.zero_grad();
+    const Tensor y = tp(x), y_ref = ref(x_ref);
+    EXPECT_TRUE(all_close(y, y_ref, 1e-12, 1e-13));
+    sum(mul(y, w)).backward();
+    sum(mul(y_ref, w)).backward();
+    EXPECT_TRUE(all_close(x.grad(), x_ref.grad(), 1e-12, 1e-13));
+    opt_tp.step();
+    opt_ref.step();
+  }
+  const nn::StateDict full = tp.full_state_dict();
+  ASSERT_EQ(full.size(), 4u);
+  for (const auto& [name, p] : ref.named_parameters()) {
+    ASSERT_NE(full.find(name), nullptr) << name;
+    EXPECT_TRUE(all_close(*full.find(name), p, 1e-12, 1e-13)) << name;
+  }
+  // Loading the full weights back gives the same slices.
+  dist::TensorParallelSelfAttention other(config);
+  other.to(DType::f64);
+  other.load_full_state_dict(full);
+  EXPECT_TRUE(all_close(other.qkv_weight, tp.qkv_weight, 0, 0));
+  EXPECT_TRUE(all_close(other.proj_weight, tp.proj_weight, 0, 0));
+  // Heads that do not divide, and attention dropout, are refused.
+  if (dist::world_size() > 1) {
+    nn::GPTConfig odd = config;
+    odd.n_head = dist::world_size() + 1;
+    odd.n_embd = 2 * odd.n_head;
+    EXPECT_THROW(dist::TensorParallelSelfAttention{odd}, ValueError);
+  }
+  nn::GPTConfig dropped = config;
+  dropped.dropout = 0.1;
+  EXPECT_THROW(dist::TensorParallelSelfAttention{dropped}, ValueError);
 }
 
 }  // namespace

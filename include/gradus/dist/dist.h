@@ -9,4 +9,5 @@
 #include "gradus/dist/pipeline.h"
 #include "gradus/dist/process_group.h"
 #include "gradus/dist/tensor_parallel.h"
+#include "gradus/dist/tensor_parallel_attention.h"
 #include "gradus/dist/zero.h"
