@@ -159,6 +159,21 @@ TEST(Pipeline, PartitionsByGivenSizesAndByParameterCount) {
   EXPECT_THROW(dist::balance_by_parameters(*model, 10), ValueError);
 }
 
+// One layer that costs ~100x the others gets a stage of its own when balancing by time.
+TEST(Pipeline, BalancesByMeasuredTime) {
+  nn::Sequential model{
+      std::make_shared<nn::Linear>(64, 64),   std::make_shared<nn::Tanh>(),
+      std::make_shared<nn::Linear>(64, 2048), std::make_shared<nn::Linear>(2048, 2048),
+      std::make_shared<nn::Linear>(2048, 8),  std::make_shared<nn::Tanh>()};
+  const Tensor sample = random_tensor({64, 64}, fresh_seed()).to(DType::f32);
+  const std::vector<int64_t> three = dist::balance_by_time(model, sample, 3);
+  ASSERT_EQ(three.size(), 3u);
+  // Stages [0, 3) | [3] | [4, 6): the 2048 x 2048 layer alone.
+  EXPECT_EQ(three, (std::vector<int64_t>{3, 1, 2}));
+  for (const Tensor& p : model.parameters()) EXPECT_FALSE(p.grad().defined());
+  EXPECT_THROW(dist::balance_by_time(model, sample, 7), ValueError);
+}
+
 TEST(Pipeline, BadLayoutsAndBatchesAreRefusedOnEveryRank) {
   const int p = dist::world_size();
   // A partition that does not cover the model, or has the wrong number of stages.
