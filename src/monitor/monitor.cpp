@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "gradus/core/error.h"
@@ -117,6 +118,80 @@ std::optional<double> Totals::gpu_energy_j() const {
 
 double Totals::energy_j() const {
   return gpu_energy_j().value_or(0) + cpu_energy_j.value_or(0);
+}
+
+std::optional<double> Totals::measured_energy_j() const {
+  const std::optional<double> gpu = gpu_energy_j();
+  if (!gpu && !cpu_energy_j) return std::nullopt;
+  return gpu.value_or(0) + cpu_energy_j.value_or(0);
+}
+
+std::string Totals::energy_source() const {
+  bool counter = false, integral = false;
+  for (const GpuTotals& g : gpus) {
+    if (!g.energy_j) continue;
+    (g.energy_from_counter ? counter : integral) = true;
+  }
+  std::string out;
+  auto add = [&](bool on, const char* name) {
+    if (on) out += (out.empty() ? "" : "+") + std::string(name);
+  };
+  add(counter, "nvml-counter");
+  add(integral, "nvml-power-integral");
+  add(cpu_energy_j.has_value(), "rapl");
+  return out;
+}
+
+std::string progress_text(const Snapshot& s) {
+  char buf[128];
+  if (!s.gpus.empty()) {
+    double util = 0, power = 0;
+    int utils = 0, powers = 0;
+    uint64_t used = 0, total = 0;
+    bool memory = false;
+    for (const GpuSample& g : s.gpus) {
+      if (g.util_percent) {
+        util += *g.util_percent;
+        ++utils;
+      }
+      if (g.power_w) {
+        power += *g.power_w;
+        ++powers;
+      }
+      if (g.memory_used_bytes && g.memory_total_bytes) {
+        used += *g.memory_used_bytes;
+        total += *g.memory_total_bytes;
+        memory = true;
+      }
+    }
+    std::string out = "GPU";
+    if (utils > 0) {
+      std::snprintf(buf, sizeof(buf), " %.0f%%", util / utils);
+      out += buf;
+    }
+    if (memory) {
+      constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+      std::snprintf(buf, sizeof(buf), " %.1f/%.1f GiB", static_cast<double>(used) / kGiB,
+                    static_cast<double>(total) / kGiB);
+      out += buf;
+    }
+    if (powers > 0) {
+      std::snprintf(buf, sizeof(buf), " %.0f W", power);
+      out += buf;
+    }
+    return out == "GPU" ? "" : out;
+  }
+  std::string out;
+  if (s.cpu.process_util_percent) {
+    std::snprintf(buf, sizeof(buf), "CPU %.0f%%", *s.cpu.process_util_percent);
+    out += buf;
+  }
+  if (s.cpu.rss_bytes) {
+    std::snprintf(buf, sizeof(buf), "%sRSS %.0f MiB", out.empty() ? "" : " ",
+                  static_cast<double>(*s.cpu.rss_bytes) / (1024.0 * 1024.0));
+    out += buf;
+  }
+  return out;
 }
 
 std::string Totals::to_json() const {

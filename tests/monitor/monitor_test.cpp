@@ -149,6 +149,78 @@ TEST_F(MonitorTest, RaplEnergyIsInTheTotals) {
   EXPECT_NE(mon.to_json().find("\"cpu_energy_j\":2.5"), std::string::npos) << mon.to_json();
 }
 
+// What a training progress line shows: the GPUs' mean utilisation, summed memory and power when
+// there are GPUs (fake: 40 % and 50 %, 10 and 11 of 80 GiB, 150 and 151 W), the process otherwise.
+TEST_F(MonitorTest, ProgressTextShowsTheGpusWhenThereAreAny) {
+  ::setenv("FAKE_NVML_DEVICES", "2", 1);
+  DeviceMonitor mon(fake(0ms));
+  EXPECT_EQ(progress_text(mon.sample_now()), "GPU 45% 21.0/160.0 GiB 301 W");
+  ::setenv("FAKE_NVML_UNSUPPORTED", "power,util", 1);
+  EXPECT_EQ(progress_text(mon.sample_now()), "GPU 21.0/160.0 GiB");
+  ::setenv("FAKE_NVML_UNSUPPORTED", "power,util,memory", 1);
+  EXPECT_EQ(progress_text(mon.sample_now()), "") << "no GPU reading: nothing to show";
+}
+
+TEST_F(MonitorTest, ProgressTextShowsTheProcessWithoutGpus) {
+  DeviceMonitor mon({.interval = 0ms, .nvml = false});
+  const Snapshot first = mon.latest();  // the reading at construction: no CPU interval yet
+  EXPECT_FALSE(first.cpu.process_util_percent);
+  EXPECT_EQ(progress_text(first).rfind("RSS ", 0), 0u) << progress_text(first);
+  // Burn some CPU so the next reading has an interval of at least 10 ms with work in it.
+  const auto until = std::chrono::steady_clock::now() + 30ms;
+  volatile double x = 0;
+  while (std::chrono::steady_clock::now() < until) x = x + 1;
+  const std::string text = progress_text(mon.sample_now());
+  EXPECT_TRUE(text.starts_with("CPU ")) << text;
+  EXPECT_NE(text.find("% RSS "), std::string::npos) << text;
+  EXPECT_TRUE(text.ends_with(" MiB")) << text;
+  Snapshot none;
+  EXPECT_EQ(progress_text(none), "");
+}
+
+// measured_energy_j: null (empty) when nothing measures energy, rather than 0 J; and its source.
+TEST_F(MonitorTest, MeasuredEnergyIsEmptyWithoutASource) {
+  DeviceMonitor::Options o{.interval = 0ms, .nvml = false};
+  o.cpu.powercap_root = "/nonexistent/powercap";
+  DeviceMonitor mon(o);
+  mon.sample_now();
+  const Totals t = mon.take_window();
+  EXPECT_FALSE(t.measured_energy_j());
+  EXPECT_EQ(t.energy_source(), "");
+  EXPECT_EQ(t.energy_j(), 0.0);
+}
+
+TEST_F(MonitorTest, MeasuredEnergyNamesItsSource) {
+  DeviceMonitor::Options o = fake(0ms);
+  o.cpu.powercap_root = "/nonexistent/powercap";
+  DeviceMonitor counter(o);
+  counter.sample_now();
+  const Totals c = counter.take_window();  // two readings after construction: 2 J
+  ASSERT_TRUE(c.measured_energy_j());
+  EXPECT_DOUBLE_EQ(*c.measured_energy_j(), 2.0);
+  EXPECT_EQ(c.energy_source(), "nvml-counter");
+
+  ::setenv("FAKE_NVML_UNSUPPORTED", "energy", 1);
+  DeviceMonitor integral(o);
+  std::this_thread::sleep_for(10ms);
+  const Totals i = integral.take_window();
+  ASSERT_TRUE(i.measured_energy_j());
+  EXPECT_NEAR(*i.measured_energy_j(), 150.0 * i.seconds, 1e-9);
+  EXPECT_EQ(i.energy_source(), "nvml-power-integral");
+
+  ScratchDir dir;
+  dir.write("intel-rapl:0/name", "package-0\n");
+  dir.write("intel-rapl:0/max_energy_range_uj", "262143328850\n");
+  dir.write("intel-rapl:0/energy_uj", "1000000\n");
+  DeviceMonitor::Options r{.interval = 0ms, .nvml = false};
+  r.cpu.powercap_root = dir.path().string();
+  DeviceMonitor rapl(r);
+  dir.write("intel-rapl:0/energy_uj", "1500000\n");
+  const Totals p = rapl.take_window();
+  EXPECT_DOUBLE_EQ(*p.measured_energy_j(), 0.5);
+  EXPECT_EQ(p.energy_source(), "rapl");
+}
+
 TEST_F(MonitorTest, StopsAtOnceWhateverTheInterval) {
   const auto start = std::chrono::steady_clock::now();
   {

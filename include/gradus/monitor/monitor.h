@@ -32,6 +32,12 @@ struct Snapshot {
   std::vector<GpuSample> gpus;  // the watched GPUs, in Options::gpus order
 };
 
+// A few words for a training progress line. With GPUs: their mean utilisation, used and total
+// memory and power summed over the watched GPUs ("GPU 45% 21.0/160.0 GiB 301 W"; a reading a GPU
+// lacks is left out). Without: the process's CPU use and resident memory ("CPU 195% RSS 812 MiB").
+// Empty when nothing of the kind was read.
+std::string progress_text(const Snapshot& s);
+
 struct GpuTotals {
   int index = 0;
   std::string name;
@@ -60,6 +66,12 @@ struct Totals {
   std::optional<double> gpu_energy_j() const;  // summed over GPUs; empty when none measured
   // Everything measured: GPUs plus CPU packages (0 when neither is).
   double energy_j() const;
+  // The same, but empty when neither GPU nor CPU package energy was measured (so that a report
+  // can say null rather than 0 J).
+  std::optional<double> measured_energy_j() const;
+  // Where measured_energy_j() comes from: "nvml-counter", "nvml-power-integral", "rapl", joined
+  // by '+'; empty when it is empty.
+  std::string energy_source() const;
   // One flat JSON object for a metrics line; keys absent when not measured:
   //   gpu_util_percent (mean over readings and GPUs), gpu_util_peak_percent,
   //   gpu_memory_peak_bytes (largest GPU), gpu_power_w and gpu_energy_j (summed over GPUs),
