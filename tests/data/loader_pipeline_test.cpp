@@ -168,11 +168,11 @@ TEST(LoaderPipeline, StatsMeasureTheWaitForData) {
   EXPECT_GE(s.wait_seconds, 8 * 0.020 * 0.5);
   EXPECT_GE(s.elapsed_seconds, s.wait_seconds);
   EXPECT_NEAR(s.samples_per_second(), 64 / s.elapsed_seconds, 1e-9);
-  // The loop (20 ms a batch) is slower than loading: it rarely waits.
+  // The loop (40 ms a batch) is slower than loading: it rarely waits.
   DataLoader fast(image_dataset(64, 5), {.batch_size = 8, .num_workers = 1});
   for (Example& b : fast) {
     (void)b;
-    std::this_thread::sleep_for(milliseconds(20));
+    std::this_thread::sleep_for(milliseconds(40));
   }
   const LoaderStats f = fast.stats();
   EXPECT_EQ(f.batches, 8);
