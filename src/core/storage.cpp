@@ -24,16 +24,38 @@ Allocator* allocator_for(DeviceType type) {
 }
 
 StorageImpl::StorageImpl(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-  data_ = allocator_for(device.type())->allocate(nbytes, device.index());
+  Allocator* a = allocator_for(device.type());
+  streams_.allocated_on = a->allocation_stream(device.index());
+  data_ = a->allocate(nbytes, device.index());
 }
 
 StorageImpl::StorageImpl(void* external, size_t nbytes, Device device)
     : data_(external), nbytes_(nbytes), device_(device), owned_(false) {}
 
 StorageImpl::~StorageImpl() {
-  if (owned_ && data_ != nullptr) {
-    allocator_for(device_.type())->deallocate(data_, nbytes_, device_.index());
+  if (!owned_ || data_ == nullptr) return;
+  Allocator* a = allocator_for(device_.type());
+  if (streams_.allocated_on == nullptr) {
+    a->deallocate(data_, nbytes_, device_.index());
+  } else {
+    // Freed in the order of the stream it was allocated on (whichever stream is current for the
+    // thread that drops the last reference), after every other stream that used it.
+    a->deallocate_after(data_, nbytes_, device_.index(), streams_);
   }
+}
+
+void StorageImpl::record_stream(void* stream) {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  if (stream == nullptr || stream == streams_.allocated_on) return;
+  for (void* s : streams_.others) {
+    if (s == stream) return;
+  }
+  streams_.others.push_back(stream);
+}
+
+StreamUses StorageImpl::stream_uses() const {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  return streams_;
 }
 
 }  // namespace gradus

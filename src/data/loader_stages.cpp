@@ -158,6 +158,9 @@ void DeviceFeed::stage(int64_t batch, Example host) {
     if (h->defined() && !h->device().is_cuda()) {
       *h = h->contiguous();
       cuda::copy_from_host_async(h->raw_data(), *d, copy);
+      // A batch dropped before take() (the loop left early) must not return its memory to the
+      // pool while the copy stream still writes it.
+      cuda::record_stream(*d, copy);
     }
   }
   c.done = std::make_unique<cuda::Event>(dev);

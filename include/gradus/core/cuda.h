@@ -106,6 +106,12 @@ class StreamGuard {
   StreamHandle previous_;
 };
 
+// Marks t's memory as used by work queued on `stream`, a stream other than the one it was
+// allocated on (PyTorch's Tensor.record_stream): when the last tensor using the memory dies, its
+// block returns to the pool only after the work queued on `stream` so far. Call it after queueing
+// that work (e.g. a copy on copy_stream() into a tensor the compute stream allocated).
+void record_stream(const Tensor& t, StreamHandle stream);
+
 // A CUDA event (timing enabled).
 class Event {
  public:
@@ -178,6 +184,7 @@ inline StreamHandle copy_stream(int = -1) {
   return nullptr;
 }
 inline void set_current_stream(StreamHandle, int = -1) {}
+inline void record_stream(const Tensor&, StreamHandle) {}
 inline void* alloc_pinned(size_t) {
   detail::no_cuda("cuda::alloc_pinned");
 }

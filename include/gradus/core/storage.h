@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "gradus/core/device.h"
 
@@ -11,11 +13,25 @@ namespace gradus {
 
 // Allocates raw bytes on one device type. The CPU allocator always exists; the CUDA backend
 // registers its stream-ordered pool allocator when it is built.
+// The streams (opaque handles, cudaStream_t on CUDA) a block was used on: the stream it was
+// allocated in the order of, and every other stream recorded with record_stream().
+struct StreamUses {
+  void* allocated_on = nullptr;
+  std::vector<void*> others;
+};
+
 class Allocator {
  public:
   virtual ~Allocator() = default;
   virtual void* allocate(size_t nbytes, int device_index) = 0;
   virtual void deallocate(void* ptr, size_t nbytes, int device_index) = 0;
+  // Stream-ordered devices: the calling thread's current stream, which an allocation made now is
+  // ordered on (nullptr where memory has no stream order: the CPU).
+  virtual void* allocation_stream(int /*device_index*/) { return nullptr; }
+  // Frees a block once every stream in `uses` has passed its last use of it (never earlier).
+  virtual void deallocate_after(void* ptr, size_t nbytes, int device_index, const StreamUses&) {
+    deallocate(ptr, nbytes, device_index);
+  }
 };
 
 // Replaces the allocator for a device type (tests install poisoning allocators this way).
@@ -42,12 +58,19 @@ class StorageImpl {
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
+  // Marks the memory as used by work on `stream` (cuda::record_stream): when the storage dies, its
+  // block goes back to the pool only after that stream's work queued so far has finished.
+  void record_stream(void* stream);
+  StreamUses stream_uses() const;
+
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
   bool owned_ = true;
   std::atomic<uint64_t> version_{0};
+  mutable std::mutex streams_mu_;
+  StreamUses streams_;
 };
 
 using Storage = std::shared_ptr<StorageImpl>;

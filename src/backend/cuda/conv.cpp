@@ -259,7 +259,8 @@ void CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b
 #if GRADUS_HAS_CUDNN
       if (use_cudnn()) {
         const Problem p = make_problem(x, w, y, args);
-        cudnnHandle_t h = cudnn_handle(p.device);
+        const CudnnLease lease(p.device);
+        cudnnHandle_t h = lease.get();
         Descs d;
         make_descs(p, d, default_math(p));
         const Choice c =
@@ -298,7 +299,8 @@ void CudaBackend::conv2d_backward_data(const Tensor& grad_out, const Tensor& w_i
 #if GRADUS_HAS_CUDNN
     if (use_cudnn()) {
       const Problem p = make_problem(gx, w, gy, args);
-      cudnnHandle_t h = cudnn_handle(p.device);
+      const CudnnLease lease(p.device);
+      cudnnHandle_t h = lease.get();
       Descs d;
       make_descs(p, d, default_math(p));
       const Choice c =
@@ -333,7 +335,8 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x
 #if GRADUS_HAS_CUDNN
         if (use_cudnn()) {
           const Problem p = make_problem(x, gw, gy, args);
-          cudnnHandle_t h = cudnn_handle(p.device);
+          const CudnnLease lease(p.device);
+          cudnnHandle_t h = lease.get();
           Descs d;
           make_descs(p, d, default_math(p));
           const Choice c = choose(p, Dir::backward_filter, h, d, x.raw_data(), nullptr,

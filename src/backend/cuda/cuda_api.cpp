@@ -133,7 +133,7 @@ bool allow_tf32() {
 
 // ------------------------------------------------------------------------------- streams
 StreamHandle current_stream(int device) {
-  return rt::device_state(resolve(device)).current.load();
+  return rt::stream_of(resolve(device));
 }
 
 StreamHandle copy_stream(int device) {
@@ -141,8 +141,7 @@ StreamHandle copy_stream(int device) {
 }
 
 void set_current_stream(StreamHandle stream, int device) {
-  rt::DeviceState& s = rt::device_state(resolve(device));
-  s.current.store(stream != nullptr ? static_cast<cudaStream_t>(stream) : s.default_stream);
+  rt::set_thread_stream(resolve(device), static_cast<cudaStream_t>(stream));
 }
 
 StreamGuard::StreamGuard(StreamHandle stream, int device)
@@ -151,8 +150,14 @@ StreamGuard::StreamGuard(StreamHandle stream, int device)
 }
 
 StreamGuard::~StreamGuard() {
-  rt::DeviceState& s = rt::device_state(device_);
-  s.current.store(static_cast<cudaStream_t>(previous_));
+  rt::set_thread_stream(device_, static_cast<cudaStream_t>(previous_));
+}
+
+void record_stream(const Tensor& t, StreamHandle stream) {
+  GRADUS_CHECK(t.defined() && t.is_cuda(), DeviceError,
+               "cuda::record_stream: the tensor must be a defined CUDA tensor");
+  t.impl()->storage()->record_stream(stream != nullptr ? stream
+                                                       : current_stream(t.device().index()));
 }
 
 // ------------------------------------------------------------------------------- events
@@ -214,8 +219,8 @@ void* alloc_pinned(size_t nbytes) {
   if (err == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     throw OutOfMemoryError(detail::str_cat("cuda::alloc_pinned: cannot pin ", nbytes,
-                                           " bytes of host memory (hint: smaller prefetch "
-                                           "buffers or a smaller --batch-size)"));
+                                           " bytes of host memory (hint: a smaller "
+                                           "DataLoaderOptions::prefetch or --batch-size)"));
   }
   GRADUS_CUDA_CHECK("cuda::alloc_pinned", err);
   return p;

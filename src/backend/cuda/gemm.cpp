@@ -14,37 +14,16 @@
 #include <mutex>
 #include <tuple>
 
+#include "backend/common/layout.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/runtime.h"
 
 namespace gradus::backend::cuda {
 namespace {
 
-struct View3 {  // [batch, rows, cols] with element strides
-  int64_t batch, rows, cols, bs, rs, cs;
-};
-
-View3 view3(const Tensor& t) {
-  if (t.dim() == 2) return {1, t.size(0), t.size(1), 0, t.stride(0), t.stride(1)};
-  return {t.size(0),   t.size(1),  t.size(2), t.size(0) == 1 ? 0 : t.stride(0),
-          t.stride(1), t.stride(2)};
-}
-
-// Row-major description of a stored [rows, cols] matrix: `flipped` when it is column-major.
-bool describe(const View3& v, bool& flipped, int64_t& ld) {
-  const int64_t r = v.rows, c = v.cols;
-  if ((v.cs == 1 || c == 1) && (r == 1 || v.rs >= std::max<int64_t>(c, 1))) {
-    flipped = false;
-    ld = r == 1 ? std::max<int64_t>(c, 1) : v.rs;
-    return true;
-  }
-  if ((v.rs == 1 || r == 1) && (c == 1 || v.cs >= std::max<int64_t>(r, 1))) {
-    flipped = true;
-    ld = c == 1 ? std::max<int64_t>(r, 1) : v.cs;
-    return true;
-  }
-  return false;
-}
+using common::BlasMatrix;
+using common::matrix_view;
+using common::MatrixView;
 
 struct Types {
   cudaDataType_t data, scale;
@@ -217,7 +196,8 @@ bool run_lt(const LtProblem& p, const void* a, const void* b, void* c, const voi
 void run_blas(const LtProblem& p, const void* a, const void* b, void* c, double alpha,
               double beta) {
   const Types t = types_for(p.dtype);
-  cublasHandle_t handle = blas_handle(p.device);
+  const BlasLease lease(p.device);
+  cublasHandle_t handle = lease.get();
   GRADUS_CUBLAS_CHECK(
       "gemm", cublasSetMathMode(handle, p.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
@@ -250,27 +230,28 @@ void CudaBackend::gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& out
   DeviceGuard guard(out);
   const int device = out.device().index();
   Tensor a = a_in, b = b_in;
-  View3 va = view3(a), vb = view3(b), vo = view3(out);
-  bool fa = false, fb = false, fo = false;
-  int64_t lda = 0, ldb = 0, ldc = 0;
-  if (!describe(va, fa, lda)) {
+  MatrixView va = matrix_view(a), vb = matrix_view(b), vo = matrix_view(out);
+  BlasMatrix ma, mb, mo;
+  if (!common::blas_matrix(va, ma)) {
     a = contiguous_copy(*this, a);
-    va = view3(a);
-    describe(va, fa, lda);
+    va = matrix_view(a);
+    common::blas_matrix(va, ma);
   }
-  if (!describe(vb, fb, ldb)) {
+  if (!common::blas_matrix(vb, mb)) {
     b = contiguous_copy(*this, b);
-    vb = view3(b);
-    describe(vb, fb, ldb);
+    vb = matrix_view(b);
+    common::blas_matrix(vb, mb);
   }
   // The output must be row-major: otherwise compute into a contiguous temporary.
-  if (!describe(vo, fo, ldc) || fo) {
+  if (!common::blas_matrix(vo, mo) || mo.transposed) {
     Tensor tmp = empty(out.sizes(), {out.dtype(), out.device()});
     if (args.beta != 0.0) copy(out, tmp);
     gemm(a, b, tmp, args);
     copy(tmp, out);
     return;
   }
+  const bool fa = ma.transposed, fb = mb.transposed;
+  const int64_t lda = ma.ld, ldb = mb.ld, ldc = mo.ld;
   const bool ta = args.trans_a != fa, tb = args.trans_b != fb;
   // Stored (row-major) extents after resolving the flip.
   const int64_t a_r = fa ? va.cols : va.rows, a_c = fa ? va.rows : va.cols;

@@ -11,6 +11,9 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/runtime.h"
+#include "core/oom_hint.h"
+
+#include "core/stream_order.h"
 #include "gradus/core/cuda.h"
 
 namespace gradus::backend::cuda {
@@ -82,7 +85,6 @@ void init_device(DeviceState& s, int index) {
   GRADUS_CUDA_CHECK("cuda init",
                     cudaStreamCreateWithFlags(&s.default_stream, cudaStreamNonBlocking));
   GRADUS_CUDA_CHECK("cuda init", cudaStreamCreateWithFlags(&s.copy_stream, cudaStreamNonBlocking));
-  s.current.store(s.default_stream);
   GRADUS_CUDA_CHECK("cuda init", cudaDeviceGetDefaultMemPool(&s.pool, index));
   // Keep freed blocks in the pool instead of returning them to the driver at every sync.
   uint64_t threshold = UINT64_MAX;
@@ -115,6 +117,21 @@ DeviceState& device_state(int index) {
   return states()[index];
 }
 
+namespace {
+// This thread's stream per device; nullptr = the device's compute stream.
+thread_local cudaStream_t t_streams[kMaxDevices] = {};
+}  // namespace
+
+cudaStream_t stream_of(int index) {
+  cudaStream_t s = t_streams[index];
+  return s != nullptr ? s : device_state(index).default_stream;
+}
+
+void set_thread_stream(int index, cudaStream_t stream) {
+  device_state(index);  // validates the index
+  t_streams[index] = stream;
+}
+
 DeviceGuard::DeviceGuard(int index) {
   int current = -1;
   GRADUS_CUDA_CHECK("set device", cudaGetDevice(&current));
@@ -145,7 +162,7 @@ void set_tf32_allowed(bool allow) {
 }
 
 // ------------------------------------------------------------------------------- memory
-void* pool_allocate(size_t nbytes, int device, const char* op) {
+void* pool_allocate(size_t nbytes, int device, cudaStream_t stream, const char* op) {
   if (nbytes == 0) return nullptr;
   DeviceState& s = device_state(device);
   DeviceGuard guard(device);
@@ -153,12 +170,12 @@ void* pool_allocate(size_t nbytes, int device, const char* op) {
   // More than the device holds cannot succeed: report it without asking the driver.
   cudaError_t err = nbytes > s.props.totalGlobalMem
                         ? cudaErrorMemoryAllocation
-                        : cudaMallocFromPoolAsync(&ptr, nbytes, s.pool, s.current.load());
+                        : cudaMallocFromPoolAsync(&ptr, nbytes, s.pool, stream);
   if (err == cudaErrorMemoryAllocation && nbytes <= s.props.totalGlobalMem) {
     // Blocks freed on other streams become reusable once the device is idle.
     cudaGetLastError();
     cudaDeviceSynchronize();
-    err = cudaMallocFromPoolAsync(&ptr, nbytes, s.pool, s.current.load());
+    err = cudaMallocFromPoolAsync(&ptr, nbytes, s.pool, stream);
   }
   if (err == cudaErrorMemoryAllocation) {
     cudaGetLastError();
@@ -170,8 +187,8 @@ void* pool_allocate(size_t nbytes, int device, const char* op) {
         " (device: ", format_bytes(free), " free of ", format_bytes(total),
         " total; gradus: ", format_bytes(s.allocated.load()), " allocated by tensors, ",
         format_bytes(pool_reserved(s, cudaMemPoolAttrReservedMemCurrent)),
-        " reserved by the pool). Hint: use a smaller --batch-size or --freeze layers you do not "
-        "train; gradus::cuda::memory_stats() shows usage."));
+        " reserved by the pool). ", detail::kOutOfMemoryHint,
+        "; gradus::cuda::memory_stats() shows usage."));
   }
   GRADUS_CUDA_CHECK(op, err);
   const size_t now = s.allocated.fetch_add(nbytes) + nbytes;
@@ -182,7 +199,7 @@ void* pool_allocate(size_t nbytes, int device, const char* op) {
   return ptr;
 }
 
-void pool_free(void* ptr, size_t nbytes, int device) noexcept {
+void pool_free(void* ptr, size_t nbytes, int device, cudaStream_t stream) noexcept {
   if (ptr == nullptr) return;
   DeviceState& s = states()[device];
   s.allocated.fetch_sub(nbytes);
@@ -192,27 +209,77 @@ void pool_free(void* ptr, size_t nbytes, int device) noexcept {
     return;  // the runtime is shutting down
   }
   if (current != device) cudaSetDevice(device);
-  if (cudaFreeAsync(ptr, s.current.load()) != cudaSuccess) cudaGetLastError();
+  if (cudaFreeAsync(ptr, stream) != cudaSuccess) cudaGetLastError();
   if (current != device) cudaSetDevice(current);
 }
 
 Workspace::Workspace(size_t nbytes, int device, const char* op)
-    : data_(pool_allocate(nbytes, device, op)), nbytes_(nbytes), device_(device) {}
+    : nbytes_(nbytes), device_(device), stream_(stream_of(device)) {
+  data_ = pool_allocate(nbytes, device, stream_, op);
+}
 
 Workspace::~Workspace() {
-  pool_free(data_, nbytes_, device_);
+  pool_free(data_, nbytes_, device_, stream_);
 }
 
 namespace {
+
+// The real calls behind detail::free_after_uses (src/core/stream_order.h).
+struct CudaStreamApi {
+  int device;
+  cudaEvent_t record_event(void* stream) {
+    cudaEvent_t e = nullptr;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventRecord(e, static_cast<cudaStream_t>(stream)) != cudaSuccess) {
+      // Without an event the only safe order is the whole device.
+      cudaGetLastError();
+      cudaDeviceSynchronize();
+    }
+    return e;
+  }
+  void wait_event(void* stream, cudaEvent_t e) {
+    if (e != nullptr &&
+        cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), e, 0) != cudaSuccess) {
+      cudaGetLastError();
+      cudaDeviceSynchronize();
+    }
+  }
+  void release_event(cudaEvent_t e) {
+    if (e != nullptr) cudaEventDestroy(e);  // its resources go once it has fired
+  }
+  void free_async(void* ptr, void* stream) {
+    // pool_free does the bookkeeping; its size argument is applied by the caller below.
+    if (cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream)) != cudaSuccess) cudaGetLastError();
+  }
+};
 
 class CudaAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes, int device_index) override {
     if (nbytes == 0) return nullptr;
-    return pool_allocate(nbytes, device_index, "allocate");
+    return pool_allocate(nbytes, device_index, stream_of(device_index), "allocate");
   }
   void deallocate(void* ptr, size_t nbytes, int device_index) override {
-    pool_free(ptr, nbytes, device_index);
+    pool_free(ptr, nbytes, device_index, stream_of(device_index));
+  }
+  void* allocation_stream(int device_index) override { return stream_of(device_index); }
+  void deallocate_after(void* ptr, size_t nbytes, int device_index,
+                        const StreamUses& uses) override {
+    if (uses.others.empty()) {
+      pool_free(ptr, nbytes, device_index, static_cast<cudaStream_t>(uses.allocated_on));
+      return;
+    }
+    DeviceState& s = states()[device_index];
+    s.allocated.fetch_sub(nbytes);
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess) {
+      cudaGetLastError();
+      return;  // the runtime is shutting down
+    }
+    if (current != device_index) cudaSetDevice(device_index);
+    CudaStreamApi api{device_index};
+    detail::free_after_uses(api, ptr, uses);
+    if (current != device_index) cudaSetDevice(current);
   }
 };
 
@@ -226,39 +293,59 @@ cublasLtHandle_t lt_handle(int device) {
   return s.lt;
 }
 
-cublasHandle_t blas_handle(int device) {
-  DeviceState& s = device_state(device);
-  std::lock_guard<std::mutex> lock(s.handle_mu);
-  if (s.blas == nullptr) {
-    DeviceGuard guard(device);
-    GRADUS_CUBLAS_CHECK("gemm", cublasCreate(&s.blas));
-  }
-  GRADUS_CUBLAS_CHECK("gemm", cublasSetStream(s.blas, s.current.load()));
-  return s.blas;
-}
-
 void* gemm_workspace(int device) {
   DeviceState& s = device_state(device);
+  const cudaStream_t stream = stream_of(device);
   std::lock_guard<std::mutex> lock(s.handle_mu);
-  if (s.gemm_workspace == nullptr) {
-    // Allocated once and kept for the process: allocated on the default stream, then made visible
-    // to every stream by synchronising it.
-    s.gemm_workspace = pool_allocate(kGemmWorkspaceBytes, device, "gemm workspace");
-    GRADUS_CUDA_CHECK("gemm workspace", cudaStreamSynchronize(s.current.load()));
+  void*& ws = s.gemm_workspaces[stream];
+  // Allocated in the order of the stream that uses it: no synchronisation needed.
+  if (ws == nullptr) ws = pool_allocate(kGemmWorkspaceBytes, device, stream, "gemm workspace");
+  return ws;
+}
+
+BlasLease::BlasLease(int device) : device_(device) {
+  DeviceState& s = device_state(device);
+  {
+    std::lock_guard<std::mutex> lock(s.handle_mu);
+    if (!s.free_blas.empty()) {
+      handle_ = s.free_blas.back();
+      s.free_blas.pop_back();
+    }
   }
-  return s.gemm_workspace;
+  if (handle_ == nullptr) {
+    DeviceGuard guard(device);
+    GRADUS_CUBLAS_CHECK("gemm", cublasCreate(&handle_));
+  }
+  GRADUS_CUBLAS_CHECK("gemm", cublasSetStream(handle_, stream_of(device)));
+}
+
+BlasLease::~BlasLease() {
+  DeviceState& s = device_state(device_);
+  std::lock_guard<std::mutex> lock(s.handle_mu);
+  s.free_blas.push_back(handle_);
 }
 
 #if GRADUS_HAS_CUDNN
-cudnnHandle_t cudnn_handle(int device) {
+CudnnLease::CudnnLease(int device) : device_(device) {
   DeviceState& s = device_state(device);
-  std::lock_guard<std::mutex> lock(s.handle_mu);
-  if (s.cudnn == nullptr) {
-    DeviceGuard guard(device);
-    GRADUS_CUDNN_CHECK("conv2d", cudnnCreate(&s.cudnn));
+  {
+    std::lock_guard<std::mutex> lock(s.handle_mu);
+    if (!s.free_cudnn.empty()) {
+      handle_ = s.free_cudnn.back();
+      s.free_cudnn.pop_back();
+    }
   }
-  GRADUS_CUDNN_CHECK("conv2d", cudnnSetStream(s.cudnn, s.current.load()));
-  return s.cudnn;
+  if (handle_ == nullptr) {
+    DeviceGuard guard(device);
+    GRADUS_CUDNN_CHECK("conv2d", cudnnCreate(&handle_));
+  }
+  GRADUS_CUDNN_CHECK("conv2d", cudnnSetStream(handle_, stream_of(device)));
+}
+
+CudnnLease::~CudnnLease() {
+  DeviceState& s = device_state(device_);
+  std::lock_guard<std::mutex> lock(s.handle_mu);
+  s.free_cudnn.push_back(handle_);
 }
 #endif
 

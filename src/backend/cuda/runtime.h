@@ -11,7 +11,9 @@
 
 #include <atomic>
 #include <cstddef>
+#include <map>
 #include <mutex>
+#include <vector>
 
 #include "backend/cuda/check.h"
 #include "gradus/core/storage.h"
@@ -49,22 +51,27 @@ struct DeviceState {
   int index = 0;
   std::atomic<bool> ready{false};  // initialised (has a context, streams, pool)
   cudaDeviceProp props{};
-  cudaStream_t default_stream = nullptr;
+  cudaStream_t default_stream = nullptr;  // every thread's compute stream unless it picks another
   cudaStream_t copy_stream = nullptr;
-  std::atomic<cudaStream_t> current{nullptr};
   cudaMemPool_t pool = nullptr;
   std::atomic<size_t> allocated{0};
   std::atomic<size_t> peak_allocated{0};
   std::atomic<uint64_t> num_allocs{0};
   std::atomic<uint64_t> num_ooms{0};
 
-  // Library handles, created lazily (cuDNN's creation costs a few hundred milliseconds).
+  // Library handles, created lazily (cuDNN's creation costs a few hundred milliseconds). A
+  // cuBLAS or cuDNN handle carries a stream and scratch state, so two threads must not use one at
+  // once: handles are leased (BlasLease, CudnnLease) from these free lists and returned after the
+  // call; a thread that finds none free creates one. cuBLASLt's handle is stateless (the stream
+  // is an argument) and shared.
   std::mutex handle_mu;
   cublasLtHandle_t lt = nullptr;
-  cublasHandle_t blas = nullptr;
-  void* gemm_workspace = nullptr;  // kGemmWorkspaceBytes, from the pool
+  std::vector<cublasHandle_t> free_blas;
+  // One GEMM workspace per stream: kernels on two streams may run at once and must not share
+  // scratch memory. Allocated in its stream's order and kept for the process.
+  std::map<cudaStream_t, void*> gemm_workspaces;
 #if GRADUS_HAS_CUDNN
-  cudnnHandle_t cudnn = nullptr;
+  std::vector<cudnnHandle_t> free_cudnn;
 #endif
 };
 
@@ -73,9 +80,12 @@ int device_count();
 // The state of device `index`, initialising it on first use. Throws DeviceError for a device that
 // does not exist.
 DeviceState& device_state(int index);
-inline cudaStream_t stream_of(int index) {
-  return device_state(index).current.load();
-}
+// The calling thread's current stream on device `index`: the device's compute stream unless this
+// thread chose another (set_thread_stream, cuda::StreamGuard). Per thread, as in PyTorch: a
+// loader thread's StreamGuard never redirects the training thread's kernels.
+cudaStream_t stream_of(int index);
+// nullptr restores the device's compute stream for this thread.
+void set_thread_stream(int index, cudaStream_t stream);
 
 // Makes `index` the calling thread's current device for the guard's lifetime.
 class DeviceGuard {
@@ -104,18 +114,45 @@ class Workspace {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   int device_ = 0;
+  cudaStream_t stream_ = nullptr;
 };
 
-// Raw pool allocation used by the allocator and workspaces (throws OutOfMemoryError).
-void* pool_allocate(size_t nbytes, int device, const char* op);
-void pool_free(void* ptr, size_t nbytes, int device) noexcept;
+// Raw pool allocation used by the allocator and workspaces, ordered on `stream` (throws
+// OutOfMemoryError); the free is ordered on the stream given (the one it was allocated on).
+void* pool_allocate(size_t nbytes, int device, cudaStream_t stream, const char* op);
+void pool_free(void* ptr, size_t nbytes, int device, cudaStream_t stream) noexcept;
 
-// Handles bound to the device's current stream.
 cublasLtHandle_t lt_handle(int device);
-cublasHandle_t blas_handle(int device);
+// The calling thread's current stream's GEMM workspace (kGemmWorkspaceBytes).
 void* gemm_workspace(int device);
+
+// A cuBLAS handle for this thread's call, bound to its current stream; returned on destruction.
+class BlasLease {
+ public:
+  explicit BlasLease(int device);
+  ~BlasLease();
+  BlasLease(const BlasLease&) = delete;
+  BlasLease& operator=(const BlasLease&) = delete;
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  int device_;
+  cublasHandle_t handle_ = nullptr;
+};
+
 #if GRADUS_HAS_CUDNN
-cudnnHandle_t cudnn_handle(int device);
+class CudnnLease {
+ public:
+  explicit CudnnLease(int device);
+  ~CudnnLease();
+  CudnnLease(const CudnnLease&) = delete;
+  CudnnLease& operator=(const CudnnLease&) = delete;
+  cudnnHandle_t get() const { return handle_; }
+
+ private:
+  int device_;
+  cudnnHandle_t handle_ = nullptr;
+};
 #endif
 
 bool tf32_allowed();
