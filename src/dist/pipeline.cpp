@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "gradus/autograd.h"
+#include "gradus/core/cuda.h"
 #include "gradus/core/host_memory.h"
 #include "gradus/core/random.h"
 #include "gradus/ops.h"
@@ -23,7 +24,8 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The header that precedes each activation: enough for the receiver to allocate it, to know
+// The header (a CPU tensor, so it goes through MPI even when the activation is a CUDA tensor that
+// NCCL carries) that precedes each activation: enough for the receiver to allocate it, to know
 // which rows of the batch it holds, and to continue the random stream where the sender's stage
 // left it.
 enum HeaderField : int64_t {
@@ -36,6 +38,7 @@ enum HeaderField : int64_t {
   kMicroBatch,
   kRowBegin,
   kBatchRows,
+  kOnCuda,  // the activation is a CUDA tensor (received on this rank's current CUDA device)
   kHeaderLength
 };
 constexpr int kHeaderTag = 0, kActivationTag = 1, kGradientTag = 2;
@@ -243,7 +246,8 @@ class Pipeline::Mailbox {
                      h[kDType] <= static_cast<int64_t>(DType::boolean),
                  DistError, "Pipeline: a malformed activation header arrived from stage ", source_);
     Shape shape(h + kDims, h + kDims + h[kNDim]);
-    in.data = empty(shape, {.dtype = static_cast<DType>(h[kDType])});
+    const Device device = h[kOnCuda] != 0 ? Device::cuda(cuda::current_device()) : Device::cpu();
+    in.data = empty(shape, {.dtype = static_cast<DType>(h[kDType]), .device = device});
     in.data_work = group_.recv(in.data, source_, kActivationTag, "pipeline activation");
   }
 
@@ -347,6 +351,7 @@ void Pipeline::run_forward(MicroBatch& mb, Mailbox& mail, const Tensor& input, c
   h[kMicroBatch] = mb.index;
   h[kRowBegin] = mb.row_begin;
   h[kBatchRows] = batch_rows;
+  h[kOnCuda] = data.is_cuda() ? 1 : 0;
   send(header, stage_ + 1, kHeaderTag, "pipeline header");
   send(data, stage_ + 1, kActivationTag, "pipeline activation");
   if (grad) {
