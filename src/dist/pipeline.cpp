@@ -24,8 +24,7 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The header (a CPU tensor, so it goes through MPI even when the activation is a CUDA tensor that
-// NCCL carries) that precedes each activation: enough for the receiver to allocate it, to know
+// The header that precedes each activation: enough for the receiver to allocate it, to know
 // which rows of the batch it holds, and to continue the random stream where the sender's stage
 // left it.
 enum HeaderField : int64_t {
@@ -38,10 +37,20 @@ enum HeaderField : int64_t {
   kMicroBatch,
   kRowBegin,
   kBatchRows,
-  kOnCuda,  // the activation is a CUDA tensor (received on this rank's current CUDA device)
+  kOnCuda,  // the activation is a CUDA tensor (moved to this rank's current CUDA device on arrival)
   kHeaderLength
 };
 constexpr int kHeaderTag = 0, kActivationTag = 1, kGradientTag = 2;
+
+// Activations and their gradients travel through the host over MPI, also from and to GPUs. NCCL
+// runs a communicator's point-to-point operations in issue order on one stream, so a stage whose
+// receive of a gradient was queued before its peer's matching send, while the peer waits in a
+// receive of the next activation, would deadlock; the schedules issue exactly such crossing orders
+// (GPipe's sends of every activation against the backward's receives). The MPI engine progresses
+// any order. Grouped NCCL send/recv pairs (Megatron's batch_isend_irecv) are the faster way.
+Tensor to_host(const Tensor& t) {
+  return t.is_cuda() ? t.to(Device::cpu()) : t;
+}
 
 Tensor new_header() {
   return zeros({kHeaderLength}, {.dtype = DType::i64});
@@ -217,6 +226,7 @@ class Pipeline::Mailbox {
     timed_wait(in.header_work);
     if (!in.data_work) post_data(index, in);
     timed_wait(in.data_work);
+    if (in.on_cuda) in.data = in.data.to(Device::cuda(cuda::current_device()));
     return {in.header, in.data};
   }
 
@@ -234,6 +244,7 @@ class Pipeline::Mailbox {
   struct Incoming {
     Tensor header, data;
     WorkPtr header_work, data_work;
+    bool on_cuda = false;
   };
 
   void post_data(int index, Incoming& in) {
@@ -246,8 +257,8 @@ class Pipeline::Mailbox {
                      h[kDType] <= static_cast<int64_t>(DType::boolean),
                  DistError, "Pipeline: a malformed activation header arrived from stage ", source_);
     Shape shape(h + kDims, h + kDims + h[kNDim]);
-    const Device device = h[kOnCuda] != 0 ? Device::cuda(cuda::current_device()) : Device::cpu();
-    in.data = empty(shape, {.dtype = static_cast<DType>(h[kDType]), .device = device});
+    in.on_cuda = h[kOnCuda] != 0;
+    in.data = empty(shape, {.dtype = static_cast<DType>(h[kDType])});  // through the host
     in.data_work = group_.recv(in.data, source_, kActivationTag, "pipeline activation");
   }
 
@@ -353,10 +364,10 @@ void Pipeline::run_forward(MicroBatch& mb, Mailbox& mail, const Tensor& input, c
   h[kBatchRows] = batch_rows;
   h[kOnCuda] = data.is_cuda() ? 1 : 0;
   send(header, stage_ + 1, kHeaderTag, "pipeline header");
-  send(data, stage_ + 1, kActivationTag, "pipeline activation");
+  send(to_host(data), stage_ + 1, kActivationTag, "pipeline activation");
   if (grad) {
     // The gradient of this output will come back: post its receive now.
-    mb.gradient = empty(data.sizes(), {.dtype = data.dtype(), .device = data.device()});
+    mb.gradient = empty(data.sizes(), {.dtype = data.dtype()});  // through the host
     mb.gradient_work = group_->recv(mb.gradient, stage_ + 1, kGradientTag, "pipeline gradient");
   }
 }
@@ -368,14 +379,14 @@ void Pipeline::run_backward(MicroBatch& mb, Mailbox& mail) {
   if (is_last()) {
     backward({mb.output}, {});
   } else if (mb.output.requires_grad()) {
-    backward({mb.output}, {mb.gradient});
+    backward({mb.output}, {mb.gradient.to(mb.output.device())});
   }
   stats_.compute_seconds += seconds_since(t0);
   if (!is_first()) {
     Tensor g = mb.input.requires_grad() ? mb.input.grad() : Tensor();
     if (!g.defined()) g = zeros_like(mb.input);  // the stage did not use its input
     g = g.contiguous();
-    send(g, stage_ - 1, kGradientTag, "pipeline gradient");
+    send(to_host(g), stage_ - 1, kGradientTag, "pipeline gradient");
   }
   // The activations of this micro-batch are no longer needed.
   mb.input = Tensor();
