@@ -7,6 +7,8 @@
 #include <iomanip>
 #include <sstream>
 
+#include "gradus/core/profiling.h"
+
 namespace gradus::dist::detail {
 
 namespace {
@@ -254,6 +256,7 @@ bool MpiWork::is_completed() {
 }
 
 void MpiWork::wait() {
+  GRADUS_PROFILE_SCOPE(comm, "Work.wait");  // the Communication track
   g_last_wait_start.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   g_waiters.fetch_add(1, std::memory_order_relaxed);
   struct Leave {
