@@ -14,6 +14,7 @@
 #include "gradus/gradus.h"
 #include "gradus/nn/models.h"
 #include "gradus/optim/adam.h"
+#include "run_monitor.h"
 #include "timing.h"
 
 namespace gradus::cli {
@@ -56,7 +57,16 @@ struct StepTiming {
   double mean_ms = 0;
   double last_loss = 0;
   std::shared_ptr<nn::Module> model;
+  monitor::Totals energy_window;  // the timed steps' readings (with `monitor`)
 };
+
+// Energy for the bench JSON: NVML (the counter, else the power integral) on a GPU, RAPL on the
+// CPU. Without a source on the CPU no thread runs, so the timing is undisturbed.
+std::unique_ptr<monitor::DeviceMonitor> make_energy_monitor(Device device) {
+  const bool rapl = monitor::RaplReader().available();
+  return make_run_monitor(device, device.is_cuda() || rapl ? std::chrono::milliseconds(100)
+                                                           : std::chrono::milliseconds(0));
+}
 
 std::string bench_model_name(const std::string& model) {
   return model == "mlp" ? "mlp-bench" : model == "cnn" ? "cnn-bench" : model;
@@ -65,7 +75,8 @@ std::string bench_model_name(const std::string& model) {
 // amp: the step runs as `gradus train --amp` runs it (autocast; f16 adds the loss scaler).
 StepTiming time_training_step(const std::string& model_name, int64_t batch_size, Device device,
                               int warmup, int steps, int repeats,
-                              std::optional<DType> amp = std::nullopt) {
+                              std::optional<DType> amp = std::nullopt,
+                              monitor::DeviceMonitor* monitor = nullptr) {
   StepTiming result;
   result.model = nn::make_model(model_name);
   nn::Module& model = *result.model;
@@ -97,8 +108,12 @@ StepTiming time_training_step(const std::string& model_name, int64_t batch_size,
     scaler.update();
     return loss.item();  // waits for the device
   };
-  const std::vector<double> times =
-      time_steps(warmup, steps, repeats, [&] { result.last_loss = step(); });
+  const std::vector<double> times = time_steps(
+      warmup, steps, repeats, [&] { result.last_loss = step(); },
+      [&] {
+        if (monitor) monitor->take_window();
+      });
+  if (monitor) result.energy_window = monitor->take_window();
   result.median_ms = median(times);
   result.mean_ms = mean(times);
   return result;
@@ -153,6 +168,7 @@ int bench_gpt(const BenchOptions& o, Device device) {
   GRADUS_CHECK(amp != DType::f16, ValueError, "bench: --model gpt supports --amp off or bf16");
   size_t next = 0;
   double loss_value = 0;
+  const std::unique_ptr<monitor::DeviceMonitor> energy = make_energy_monitor(device);
   auto step = [&] {
     const size_t i = next++ % xs.size();
     Tensor loss;
@@ -166,10 +182,11 @@ int bench_gpt(const BenchOptions& o, Device device) {
     optimizer.zero_grad();
     return loss.item();
   };
-  const std::vector<double> times =
-      time_steps(o.warmup, o.steps, o.repeats, [&] { loss_value = step(); });
+  const std::vector<double> times = time_steps(
+      o.warmup, o.steps, o.repeats, [&] { loss_value = step(); }, [&] { energy->take_window(); });
+  const monitor::Totals window = energy->take_window();
   const double ms = median(times);
-  const nlohmann::ordered_json out = {
+  nlohmann::ordered_json out = {
       {"benchmark", "train_step"},
       {"model", "gpt"},
       {"parameters", model.num_parameters()},
@@ -189,6 +206,7 @@ int bench_gpt(const BenchOptions& o, Device device) {
       {"warmup", o.warmup},
       {"repeats", o.repeats},
       {"final_loss", loss_value}};
+  add_energy(out, window, *energy, static_cast<int64_t>(o.steps) * o.repeats, o.batch_size);
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }
@@ -201,13 +219,15 @@ int run_bench(const BenchOptions& o) {
   manual_seed(o.seed);
   if (o.compare_devices) return compare_devices(o);
   const Device device = resolve_device(o.device);
+  if (o.roofline) return bench_roofline(o, device);
   if (o.gemm > 0) return bench_gemm(o, device);
   if (o.model == "gpt") return bench_gpt(o, device);
 
   const std::string name = bench_model_name(o.model);
   const std::optional<DType> amp = amp_option(o.amp);
-  const StepTiming timing =
-      time_training_step(name, o.batch_size, device, o.warmup, o.steps, o.repeats, amp);
+  const std::unique_ptr<monitor::DeviceMonitor> energy = make_energy_monitor(device);
+  const StepTiming timing = time_training_step(name, o.batch_size, device, o.warmup, o.steps,
+                                               o.repeats, amp, energy.get());
   const nn::Module& model = *timing.model;
   const double ms = timing.median_ms;
   // MLPs are all GEMM: per Linear, forward, backward-data and backward-weight are 2*B*in*out
@@ -238,6 +258,10 @@ int run_bench(const BenchOptions& o) {
     out["linear_gflops"] = 2.0 * static_cast<double>(o.batch_size) *
                            (3.0 * linear_weights - first_layer) / (ms * 1e-3) / 1e9;
   }
+  // Energy of the timed steps (all repeats) per step and per example; null with a note when
+  // nothing measures it (no NVML on a GPU, RAPL unreadable on the CPU).
+  add_energy(out, timing.energy_window, *energy, static_cast<int64_t>(o.steps) * o.repeats,
+             o.batch_size);
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

@@ -143,6 +143,7 @@ struct BenchOptions {
   std::string amp = "off";  // off, bf16 or f16: the step under autocast (f16 with loss scaling)
   uint64_t seed = 0;
   bool compare_devices = false;  // the three bench models on the CPU and every GPU, as a table
+  bool roofline = false;         // GEMM FLOP/s per dtype and copy bandwidth against the peaks
   // --dist ddp|ps|zero1: the global step of data-parallel training over the ranks of mpirun;
   // batch_size is the global batch (bench_dist.cpp).
   std::string dist;
@@ -153,6 +154,8 @@ struct BenchOptions {
   int64_t vocab_size = 65;  // --model gpt (tinyshakespeare's characters)
 };
 int run_bench(const BenchOptions& o);
+// gradus bench --roofline (roofline.cpp).
+int bench_roofline(const BenchOptions& o, Device device);
 int run_bench_dist(const BenchOptions& o);
 
 // json: one JSON object (build, CPU, GPUs with theoretical peaks, MPI/NCCL versions).

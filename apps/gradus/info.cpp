@@ -8,6 +8,7 @@
 #include <string>
 
 #include "commands.h"
+#include "gradus/core/cuda_libraries.h"
 #include "gradus/core/device.h"
 #include "gradus/core/error.h"
 #include "gradus/core/host_memory.h"
@@ -95,6 +96,7 @@ int run_info(bool json) {
                                   {"threads", get_num_threads()}};
     out.update(hardware_report());
     out["mpi"] = dist::mpi_version();
+    out["cudnn"] = cuda::cudnn_version();
     out["nccl"] = dist::nccl_version();
     std::printf("%s\n", out.dump().c_str());
     return 0;
@@ -149,6 +151,7 @@ int run_info(bool json) {
   std::printf("default device: %s\n", Device::best().str().c_str());
   // The distributed engines (gradus train/bench --dist under mpirun or srun).
   std::printf("MPI: %s\n", dist::mpi_version().c_str());
+  std::printf("cuDNN: %s\n", cuda::cudnn_version().c_str());
   std::printf("NCCL: %s\n", dist::nccl_version().c_str());
   return 0;
 }

@@ -306,6 +306,9 @@ void add_bench(CLI::App& app, BenchOptions& o) {
       ->capture_default_str();
   c->add_flag("--compare-devices", o.compare_devices,
               "Time mlp@100, mlp-large@256 and cnn@64 on the CPU and on every GPU (a table)");
+  c->add_flag("--roofline", o.roofline,
+              "Measure GEMM FLOP/s per dtype and copy bandwidth as fractions of the device's "
+              "theoretical peaks (--gemm N sets the size; default 2048 on the CPU, 8192 on a GPU)");
   c->add_option("--dist", o.dist,
                 "Time the global data-parallel step over the ranks of mpirun/srun: ddp, ps or "
                 "zero1 (--batch-size is the global batch)")

@@ -46,9 +46,16 @@ const PanelSpec kPanels[] = {
     {"learning rate", {{"lr", "lr", 1}}},
 };
 
+// A key of the line, or of its "monitor" object (gradus train writes the monitor's readings there).
 std::optional<double> number(const nlohmann::json& line, const char* key) {
-  const auto it = line.find(key);
-  if (it == line.end() || !it->is_number()) return std::nullopt;  // absent, or null for NaN
+  auto it = line.find(key);
+  if (it == line.end()) {
+    const auto monitor = line.find("monitor");
+    if (monitor == line.end() || !monitor->is_object()) return std::nullopt;
+    it = monitor->find(key);
+    if (it == monitor->end()) return std::nullopt;
+  }
+  if (!it->is_number()) return std::nullopt;  // null for NaN
   return it->get<double>();
 }
 

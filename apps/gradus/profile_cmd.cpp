@@ -8,7 +8,9 @@
 
 #include "commands.h"
 #include "gradus/core/error.h"
+#include "gradus/monitor/monitor.h"
 #include "gradus/monitor/profiler.h"
+#include "run_monitor.h"
 
 namespace gradus::cli {
 
@@ -63,8 +65,9 @@ StepRange parse_step_range(const std::string& text) {
   return r;
 }
 
-TrainingProfiler::TrainingProfiler(const std::string& path, const std::string& steps, bool write)
-    : path_(path) {
+TrainingProfiler::TrainingProfiler(const std::string& path, const std::string& steps, bool write,
+                                   const Device& device)
+    : path_(path), device_(device) {
   GRADUS_CHECK(!path.empty() || steps.empty(), ValueError,
                "train: --profile-steps needs --profile FILE");
   if (path.empty()) return;
@@ -87,8 +90,11 @@ void TrainingProfiler::at_step(int64_t completed) {
     if (completed >= range_.last) report();
   } else if (completed == range_.first - 1) {
     // A few steps only: the shapes' formatting is affordable, and they make the trace readable.
-    profiler_ =
-        std::make_unique<monitor::Profiler>(monitor::ProfilerOptions{.record_shapes = true});
+    // The monitor's readings become counter tracks (GPU utilisation, memory and power, or the
+    // process's CPU and RSS) next to the ops.
+    monitor_ = make_run_monitor(device_, std::chrono::milliseconds(50));
+    profiler_ = std::make_unique<monitor::Profiler>(
+        monitor::ProfilerOptions{.record_shapes = true, .monitor = monitor_.get()});
   }
 }
 
@@ -107,13 +113,17 @@ void TrainingProfiler::finish() {
 
 void TrainingProfiler::report() {
   done_ = true;
+  monitor_->sample_now();  // a reading at the end, however short the profiled steps were
   const monitor::Profile profile = profiler_->stop();
   profiler_.reset();
+  monitor_.reset();
   profile.write_chrome_trace(path_);
-  std::fprintf(stderr, "gradus train: profile of steps %lld-%lld (%zu events) written to %s\n%s",
+  std::fprintf(stderr,
+               "gradus train: profile of steps %lld-%lld (%zu events, %zu monitor counter "
+               "values) written to %s\n%s",
                static_cast<long long>(range_.first),
                static_cast<long long>(range_.first + recorded_steps_ - 1), profile.num_events(),
-               path_.c_str(), profile.table().c_str());
+               profile.counters().size(), path_.c_str(), profile.table().c_str());
 }
 
 }  // namespace gradus::cli

@@ -6,13 +6,16 @@
 #include <memory>
 #include <string>
 
+#include "gradus/core/device.h"
+
 namespace CLI {
 class App;
 }
 
 namespace gradus::monitor {
+class DeviceMonitor;
 class Profiler;
-}
+}  // namespace gradus::monitor
 
 namespace gradus::cli {
 
@@ -31,8 +34,11 @@ StepRange parse_step_range(const std::string& text);
 // the trace can be written, so a typo fails at once rather than after the steps it waited for.
 class TrainingProfiler {
  public:
-  // Inactive when path is empty or on a rank other than the lead (`write` false).
-  TrainingProfiler(const std::string& path, const std::string& steps, bool write);
+  // Inactive when path is empty or on a rank other than the lead (`write` false). While it
+  // records, a DeviceMonitor reads `device` (NVML for a GPU, the process otherwise) every 50 ms
+  // for the trace's counter tracks.
+  TrainingProfiler(const std::string& path, const std::string& steps, bool write,
+                   const Device& device);
   ~TrainingProfiler();
   TrainingProfiler(const TrainingProfiler&) = delete;
   TrainingProfiler& operator=(const TrainingProfiler&) = delete;
@@ -52,6 +58,8 @@ class TrainingProfiler {
   bool enabled_ = false;
   bool done_ = false;
   int64_t recorded_steps_ = 0;
+  Device device_;
+  std::unique_ptr<monitor::DeviceMonitor> monitor_;  // declared first: outlives profiler_
   std::unique_ptr<monitor::Profiler> profiler_;
 };
 

@@ -50,10 +50,11 @@ std::string Progress::line(int64_t done, double loss, int64_t samples, size_t pe
   if (data_wait_ >= 0 && elapsed > 0) {
     std::snprintf(wait, sizeof(wait), "  data wait %.0f%%", 100.0 * data_wait_ / elapsed);
   }
-  char buf[360];
-  std::snprintf(buf, sizeof(buf), "%s [%s] %lld/%lld loss %.4f  %.0f samples/s%s%s  ETA %s",
+  const std::string monitor = monitor_text_.empty() ? "" : "  " + monitor_text_;
+  char buf[480];
+  std::snprintf(buf, sizeof(buf), "%s [%s] %lld/%lld loss %.4f  %.0f samples/s%s%s%s  ETA %s",
                 label_.c_str(), bar.c_str(), static_cast<long long>(done),
-                static_cast<long long>(total_), loss, rate, memory, wait,
+                static_cast<long long>(total_), loss, rate, memory, wait, monitor.c_str(),
                 format_duration(eta).c_str());
   return buf;
 }

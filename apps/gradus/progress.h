@@ -19,6 +19,9 @@ class Progress {
   void update(int64_t done, double loss, int64_t samples, size_t peak_bytes = 0);
   // Seconds the loop has waited for data so far (shown as "data wait 3%" of the elapsed time).
   void set_data_wait(double seconds) { data_wait_ = seconds; }
+  // The device monitor's latest reading (monitor::progress_text: "GPU 87% 12.3/80.0 GiB 250 W"
+  // or "CPU 195% RSS 812 MiB"), shown before the ETA; empty: nothing.
+  void set_monitor_text(std::string text) { monitor_text_ = std::move(text); }
   // Ends the bar (a newline on a terminal).
   void finish();
   double elapsed_seconds() const;
@@ -35,6 +38,7 @@ class Progress {
   std::chrono::steady_clock::time_point last_draw_;
   bool drawn_ = false;
   double data_wait_ = -1;  // < 0: not shown
+  std::string monitor_text_;
 };
 
 // "1:02:03" or "2:03".

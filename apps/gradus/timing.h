@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 #include <vector>
 
 namespace gradus::cli {
@@ -29,9 +30,12 @@ inline double mean(const std::vector<double>& v) {
 // Calls step() `warmup` times untimed, then `repeats` x `steps` times, and returns each timed
 // call's wall time in ms. step must wait for its device work (read a value back) so that a time is
 // the step's whole latency.
-template <typename Step>
-std::vector<double> time_steps(int warmup, int steps, int repeats, Step&& step) {
+// `timed_start` runs once between the warm-up and the timed calls (e.g. to start an energy window).
+template <typename Step, typename Start>
+std::vector<double> time_steps(int warmup, int steps, int repeats, Step&& step,
+                               Start&& timed_start) {
   for (int i = 0; i < warmup; ++i) step();
+  timed_start();
   std::vector<double> times;
   times.reserve(static_cast<size_t>(steps) * static_cast<size_t>(std::max(repeats, 0)));
   for (int r = 0; r < repeats; ++r) {
@@ -42,6 +46,11 @@ std::vector<double> time_steps(int warmup, int steps, int repeats, Step&& step) 
     }
   }
   return times;
+}
+
+template <typename Step>
+std::vector<double> time_steps(int warmup, int steps, int repeats, Step&& step) {
+  return time_steps(warmup, steps, repeats, std::forward<Step>(step), [] {});
 }
 
 }  // namespace gradus::cli

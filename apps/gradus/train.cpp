@@ -35,6 +35,7 @@
 #include "gradus/optim/optim.h"
 #include "profile_cmd.h"
 #include "progress.h"
+#include "run_monitor.h"
 #include "run_state.h"
 #include "timing.h"
 #include "train_augment.h"
@@ -95,7 +96,7 @@ int run_train_images(const TrainOptions& options) {
   // Fail on an unwritable metrics file or --save path before spending time on training.
   MetricsFile metrics(lead ? o.metrics : "");
   check_save_path(o.save, lead);
-  TrainingProfiler profiler(o.profile, o.profile_steps, lead);  // --profile (profile_cmd.h)
+  TrainingProfiler profiler(o.profile, o.profile_steps, lead, device);  // --profile
   // One writer per checkpoint directory, for the whole run (released by the kernel at exit).
   std::unique_ptr<io::DirectoryLock> checkpoint_lock;
   if (!o.checkpoint_dir.empty() && lead) {
@@ -261,6 +262,10 @@ int run_train_images(const TrainOptions& options) {
     return device.is_cuda() ? cuda::memory_stats(device.index()).peak_allocated
                             : host::memory_stats().peak_allocated_bytes;
   };
+  // GPU (or process CPU) use for the progress line, and per-epoch figures with the energy for
+  // the metrics line (run_monitor.h); the lead only.
+  const std::unique_ptr<monitor::DeviceMonitor> device_monitor =
+      lead ? make_run_monitor(device, std::chrono::seconds(1)) : nullptr;
   EvalResult result;
   bool evaluated = false;
   double first_loss = -1;  // for the divergence warning
@@ -344,6 +349,7 @@ int run_train_images(const TrainOptions& options) {
         return 128 + sig;
       }
       bar.set_data_wait(train_loader.stats().wait_seconds);
+      if (device_monitor) bar.set_monitor_text(monitor::progress_text(device_monitor->latest()));
       bar.update(next.batch,
                  progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.samples, 1)),
                  samples_here, epoch_peak());
@@ -389,6 +395,9 @@ int run_train_images(const TrainOptions& options) {
       std::fprintf(stderr, "gradus train: loss scale %g, %lld step(s) skipped on overflow\n",
                    scaler.get_scale(), static_cast<long long>(scaler.skipped_steps()));
     }
+    // The epoch's readings (training and evaluation): utilisation, peaks, energy (null when
+    // nothing measures it). Last, so tests/reliability can strip it with the timings.
+    if (device_monitor) line["monitor"] = monitor_json(device_monitor->take_window());
     metrics.write(line);
     if (o.checkpoint_every == 0) checkpoints.save(step, {epoch + 1, 0}, {});
   }

@@ -16,6 +16,7 @@
 #include "evaluation.h"
 #include "gradus/gradus.h"
 #include "profile_cmd.h"
+#include "run_monitor.h"
 #include "timing.h"
 #include "train_outputs.h"
 
@@ -153,7 +154,11 @@ int run_train_lm(const TrainOptions& o) {
       static_cast<long long>(vocab_size), device.str().c_str());
   MetricsFile metrics(o.metrics);
   check_save_path(o.save, true);
-  TrainingProfiler profiler(o.profile, o.profile_steps, true);  // --profile (profile_cmd.h)
+  TrainingProfiler profiler(o.profile, o.profile_steps, true, device);  // --profile
+  // GPU (or process CPU) use for the progress lines, and per-interval figures with the energy for
+  // the metrics lines (run_monitor.h).
+  const std::unique_ptr<monitor::DeviceMonitor> device_monitor =
+      make_run_monitor(device, std::chrono::seconds(1));
 
   // The same val_batches windows at every evaluation, so the curve compares like with like.
   auto evaluate = [&] {
@@ -201,15 +206,19 @@ int run_train_lm(const TrainOptions& o) {
           static_cast<double>(window_steps * o.batch_size * o.gpt.context) / seconds;
       val_loss = evaluate();
       const double train_loss = window_loss / static_cast<double>(window_steps);
-      std::printf("step %lld: train_loss %.4f val_loss=%.4f lr %.2e %.0f tokens/s\n",
-                  static_cast<long long>(step + 1), train_loss, val_loss, lr, tokens_per_s);
+      const std::string usage = monitor::progress_text(device_monitor->latest());
+      std::printf("step %lld: train_loss %.4f val_loss=%.4f lr %.2e %.0f tokens/s%s%s\n",
+                  static_cast<long long>(step + 1), train_loss, val_loss, lr, tokens_per_s,
+                  usage.empty() ? "" : "  ", usage.c_str());
       std::fflush(stdout);
       metrics.write({{"step", step + 1},
                      {"train_loss", train_loss},
                      {"val_loss", val_loss},
                      {"lr", lr},
                      {"tokens_per_s", tokens_per_s},
-                     {"elapsed_s", ms_since(run_start) / 1e3}});
+                     {"elapsed_s", ms_since(run_start) / 1e3},
+                     // Since the previous line: utilisation, peaks, energy (null: unmeasured).
+                     {"monitor", monitor_json(device_monitor->take_window())}});
       window_loss = 0;
       window_steps = 0;
       window_start = Clock::now();

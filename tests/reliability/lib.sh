@@ -29,10 +29,10 @@ step_losses() {
 }
 
 # The per-epoch summary lines without their timing and memory fields (a resumed epoch's peak
-# memory differs).
+# memory differs) and the device monitor's readings (a flat object, the line's last field).
 epoch_lines() {
   grep '"train_loss"' "$1" |
-    sed -E 's/"epoch_seconds":[^,]*,//; s/"samples_per_s":[^,]*,//; s/"peak_memory_bytes":[^,]*,//; s/"elapsed_s":[^,]*,//; s/"data_wait_s":[^,]*,//'
+    sed -E 's/"epoch_seconds":[^,]*,//; s/"samples_per_s":[^,]*,//; s/"peak_memory_bytes":[^,]*,//; s/"elapsed_s":[^,]*,//; s/"data_wait_s":[^,]*,//; s/,"monitor":\{[^}]*\}//'
 }
 
 sha() {
