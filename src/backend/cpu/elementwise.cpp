@@ -9,6 +9,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "backend/common/op_meta.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/loops.h"
 #include "backend/cpu/vec_math.h"
@@ -397,23 +398,6 @@ void binary_pred(BinaryOp op, const C* x, const C* z, bool* y, int64_t n) {
 #undef GRADUS_PRED
 }
 
-bool is_predicate(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::eq:
-    case BinaryOp::ne:
-    case BinaryOp::lt:
-    case BinaryOp::le:
-    case BinaryOp::gt:
-    case BinaryOp::ge:
-    case BinaryOp::logical_and:
-    case BinaryOp::logical_or:
-    case BinaryOp::logical_xor:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // -------------------------------------------------------------------------- ternary blocks
 template <typename C>
 void ternary_float(TernaryOp op, const C* x, const C* z, const C* w, C* y, int64_t n,
@@ -456,7 +440,7 @@ void via_double(const int64_t* const* in, int64_t* y, int64_t n, const K& float_
 // ------------------------------------------------------------------------------ entry points
 void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, double a, double b) {
   if (out.numel() == 0) return;
-  const bool pred = op == UnaryOp::logical_not || op == UnaryOp::isnan || op == UnaryOp::isinf;
+  const bool pred = common::is_predicate(op);
   const std::array<const Tensor*, 1> ins{&x};
   switch (compute_kind(x.dtype())) {
     case ComputeKind::f32:
@@ -499,7 +483,7 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
                         double alpha) {
   if (out.numel() == 0) return;
   const std::array<const Tensor*, 2> ins{&a, &b};
-  const bool pred = is_predicate(op);
+  const bool pred = common::is_predicate(op);
   switch (compute_kind(a.dtype())) {
     case ComputeKind::f32:
       if (pred) {

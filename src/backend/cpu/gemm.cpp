@@ -6,6 +6,7 @@
 // contiguous first. f16/bf16 are converted to f32, multiplied with sgemm and rounded back.
 #include <cblas.h>
 
+#include "backend/common/layout.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/loops.h"
 #include "backend/cpu/vec_math.h"
@@ -17,32 +18,9 @@ namespace {
 // each); above it one matrix at a time with OpenBLAS's own threads.
 constexpr int64_t kSmallGemm = int64_t{96} * 96 * 96;
 
-struct View3 {  // a tensor seen as [batch, rows, cols] (element strides)
-  int64_t batch, rows, cols, bs, rs, cs;
-};
-
-View3 view3(const Tensor& t) {
-  if (t.dim() == 2) return {1, t.size(0), t.size(1), 0, t.stride(0), t.stride(1)};
-  return {t.size(0),   t.size(1),  t.size(2), t.size(0) == 1 ? 0 : t.stride(0),
-          t.stride(1), t.stride(2)};
-}
-
-// How cblas sees a stored [rows, cols] matrix: row-major with leading dimension ld, transposed
-// relative to the stored layout when `flipped`. False if neither layout fits.
-bool describe(const View3& v, bool& flipped, int64_t& ld) {
-  const int64_t r = v.rows, c = v.cols;
-  if ((v.cs == 1 || c == 1) && (r == 1 || v.rs >= std::max<int64_t>(c, 1))) {
-    flipped = false;
-    ld = r == 1 ? std::max<int64_t>(c, 1) : v.rs;
-    return true;
-  }
-  if ((v.rs == 1 || r == 1) && (c == 1 || v.cs >= std::max<int64_t>(r, 1))) {
-    flipped = true;
-    ld = c == 1 ? std::max<int64_t>(r, 1) : v.cs;
-    return true;
-  }
-  return false;
-}
+using common::BlasMatrix;
+using common::matrix_view;
+using common::MatrixView;
 
 Tensor contiguous_copy(Backend& be, const Tensor& t, DType dtype) {
   Tensor c = empty(t.sizes(), {dtype, t.device(), false});
@@ -91,7 +69,7 @@ inline T activate(Activation act, T v) {
 // out[b, m, :] = act(out[b, m, :] + bias), rows in parallel.
 template <typename T>
 void epilogue(const Tensor& out, const GemmArgs& args) {
-  const View3 o = view3(out);
+  const MatrixView o = matrix_view(out);
   T* base = static_cast<T*>(out.raw_data());
   const T* bias = args.bias ? static_cast<const T*>(args.bias->raw_data()) : nullptr;
   const int64_t bias_stride = args.bias ? args.bias->stride(0) : 0;
@@ -148,15 +126,15 @@ void epilogue(const Tensor& out, const GemmArgs& args) {
 
 template <typename T>
 void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& out, const GemmArgs& args) {
-  const View3 va = view3(a), vb = view3(b), vo = view3(out);
+  const MatrixView va = matrix_view(a), vb = matrix_view(b), vo = matrix_view(out);
   const int64_t batch = vo.batch, m = vo.rows, n = vo.cols;
   const int64_t k = args.trans_a ? va.rows : va.cols;
-  bool fa, fb, fo;
-  int64_t lda, ldb, ldc;
-  describe(va, fa, lda);
-  describe(vb, fb, ldb);
-  describe(vo, fo, ldc);
-  const bool ta = args.trans_a != fa, tb = args.trans_b != fb;
+  BlasMatrix ma, mb, mo;  // the caller made every operand describable (CpuBackend::gemm)
+  common::blas_matrix(va, ma);
+  common::blas_matrix(vb, mb);
+  common::blas_matrix(vo, mo);
+  const int64_t lda = ma.ld, ldb = mb.ld, ldc = mo.ld;
+  const bool ta = args.trans_a != ma.transposed, tb = args.trans_b != mb.transposed;
   const T alpha = static_cast<T>(args.alpha), beta = static_cast<T>(args.beta);
   const T* pa = static_cast<const T*>(a.raw_data());
   const T* pb = static_cast<const T*>(b.raw_data());
@@ -179,7 +157,7 @@ void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& out, const GemmA
     const T* ai = pa + i * abs;
     const T* bi = pb + i * bbs;
     T* ci = pc + i * vo.bs;
-    if (!fo) {
+    if (!mo.transposed) {
       blas_gemm<T>(ta, tb, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
     } else {  // column-major out: C^T = op(B)^T op(A)^T
       blas_gemm<T>(!tb, !ta, n, m, k, alpha, bi, ldb, ai, lda, beta, ci, ldc);
@@ -213,22 +191,21 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& out, const
       bias32 = contiguous_copy(*this, *args.bias, DType::f32);
       args32.bias = &bias32;
     }
-    gemm(a32, b32, out32, args32);  // a batch of 1 broadcasts (view3 gives it batch stride 0)
+    gemm(a32, b32, out32, args32);  // a batch of 1 broadcasts (matrix_view gives it batch stride 0)
     copy(out32, out);
     return;
   }
-  bool flipped;
-  int64_t ld;
-  const View3 va = view3(a);
+  BlasMatrix layout;
+  const MatrixView va = matrix_view(a);
   const bool empty_k = (args.trans_a ? va.rows : va.cols) == 0;  // no BLAS call at all
   // Operands whose matrices are neither row- nor column-major are made contiguous.
-  if (!empty_k && !describe(va, flipped, ld)) {
+  if (!empty_k && !common::blas_matrix(va, layout)) {
     return gemm(contiguous_copy(*this, a, dt), b, out, args);
   }
-  if (!empty_k && !describe(view3(b), flipped, ld)) {
+  if (!empty_k && !common::blas_matrix(matrix_view(b), layout)) {
     return gemm(a, contiguous_copy(*this, b, dt), out, args);
   }
-  if (!describe(view3(out), flipped, ld)) {
+  if (!common::blas_matrix(matrix_view(out), layout)) {
     Tensor tmp = empty(out.sizes(), {dt, out.device(), false});
     if (args.beta != 0.0) copy(out, tmp);
     gemm(a, b, tmp, args);

@@ -14,8 +14,10 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "backend/common/layout.h"
 #include "gradus/core/tensor.h"
 
 namespace gradus::backend::cpu {
@@ -56,29 +58,13 @@ struct StridedLayout {
 // Layout of N operands that all have shape `shape` (operand 0 is usually the output).
 template <int N>
 StridedLayout<N> make_layout(const Shape& shape, const std::array<const Tensor*, N>& ts) {
+  std::array<int64_t, N> element_size;
+  for (int k = 0; k < N; ++k) element_size[k] = static_cast<int64_t>(ts[k]->element_size());
+  common::CoalescedDims<N> dims = common::coalesce_dims<N>(shape, ts, element_size);
   StridedLayout<N> layout;
+  layout.sizes = std::move(dims.sizes);
+  layout.strides = std::move(dims.strides);
   layout.numel = shape_numel(shape);
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    if (shape[d] == 1) continue;
-    std::array<int64_t, N> s;
-    for (int k = 0; k < N; ++k) {
-      s[k] = ts[k]->strides()[d] * static_cast<int64_t>(ts[k]->element_size());
-    }
-    if (!layout.sizes.empty()) {
-      const int64_t inner_size = layout.sizes.back();
-      const auto& inner = layout.strides.back();
-      bool mergeable = true;
-      for (int k = 0; k < N; ++k) mergeable = mergeable && s[k] == inner[k] * inner_size;
-      if (mergeable) {
-        layout.sizes.back() *= shape[d];
-        continue;
-      }
-    }
-    layout.sizes.push_back(shape[d]);
-    layout.strides.push_back(s);
-  }
-  std::reverse(layout.sizes.begin(), layout.sizes.end());
-  std::reverse(layout.strides.begin(), layout.strides.end());
   return layout;
 }
 

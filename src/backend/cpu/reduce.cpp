@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/common/op_meta.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/loops.h"
 
@@ -194,23 +195,8 @@ struct AnyAllAcc {
 };
 
 // ------------------------------------------------------------------------------------- plan
-struct Axis {
-  int64_t size, xs, os;  // size, input stride, output stride (elements)
-};
-
-std::vector<Axis> coalesce(const std::vector<Axis>& axes) {  // axes outermost first
-  std::vector<Axis> out;
-  for (auto it = axes.rbegin(); it != axes.rend(); ++it) {
-    if (it->size == 1) continue;
-    if (!out.empty() && it->xs == out.back().xs * out.back().size &&
-        it->os == out.back().os * out.back().size) {
-      out.back().size *= it->size;
-      continue;
-    }
-    out.push_back(*it);
-  }
-  return {out.rbegin(), out.rend()};
-}
+using common::coalesce_axes;
+using Axis = common::ReduceAxis;  // size, input stride, output stride (elements)
 
 struct Plan {
   std::vector<Axis> kept, red;
@@ -393,32 +379,13 @@ void dispatch_acc(ReduceOp op, const Tensor& x, const Tensor& out, const Plan& p
   }
 }
 
-// The value of a reduction over nothing.
-double empty_result(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-    case ReduceOp::sum_squares:
-    case ReduceOp::any:
-    case ReduceOp::argmax:
-    case ReduceOp::argmin:
-      return 0.0;
-    case ReduceOp::prod:
-    case ReduceOp::all:
-      return 1.0;
-    case ReduceOp::logsumexp:
-      return -std::numeric_limits<double>::infinity();
-    default:  // mean = 0 / 0; max / min of nothing (the op layer rejects them)
-      return std::numeric_limits<double>::quiet_NaN();
-  }
-}
-
 }  // namespace
 
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out,
                         const std::vector<int64_t>& dims) {
   if (out.numel() == 0) return;
   if (x.numel() == 0) {
-    fill(out, empty_result(op));
+    fill(out, common::empty_reduction_value(op));
     return;
   }
   std::vector<bool> is_reduced(static_cast<size_t>(x.dim()), false);
@@ -429,8 +396,8 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out,
     (is_reduced[d] ? red : kept).push_back(a);
   }
   Plan plan;
-  plan.kept = coalesce(kept);
-  plan.red = coalesce(red);
+  plan.kept = coalesce_axes(kept);
+  plan.red = coalesce_axes(red);
   for (const Axis& a : plan.kept) plan.outputs *= a.size;
   for (const Axis& a : plan.red) plan.reduced *= a.size;
   plan.columns = !plan.kept.empty() && !plan.red.empty() && plan.kept.back().xs == 1 &&

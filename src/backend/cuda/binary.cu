@@ -1,5 +1,6 @@
 // Binary and ternary elementwise kernels. As in unary.cu: a kernel per op for f32 / f16 / bf16,
 // the op at run time for f64 and integers; comparisons and logic write bool.
+#include "backend/common/op_meta.h"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/ops.cuh"
 
@@ -32,23 +33,6 @@ struct BinaryPred {
   BinaryOp op;
   __device__ __forceinline__ bool operator()(C a, C b) const { return binary_pred<C>(op, a, b); }
 };
-
-bool is_predicate(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::eq:
-    case BinaryOp::ne:
-    case BinaryOp::lt:
-    case BinaryOp::le:
-    case BinaryOp::gt:
-    case BinaryOp::ge:
-    case BinaryOp::logical_and:
-    case BinaryOp::logical_or:
-    case BinaryOp::logical_xor:
-      return true;
-    default:
-      return false;
-  }
-}
 
 template <typename T>
 void binary_typed(BinaryOp op, const Iter<3>& it, double alpha, cudaStream_t stream) {
@@ -111,7 +95,7 @@ struct WhereFn {
 
 void launch_binary(BinaryOp op, const Iter<3>& it, double alpha, cudaStream_t stream) {
   const DType t = it.dtype[1];
-  if (is_predicate(op)) {
+  if (common::is_predicate(op)) {
     return dispatch_all(t, [&](auto tag) {
       using T = decltype(tag);
       map2<bool, T, T>(it, BinaryPred<compute_t<T>>{op}, stream, "binary comparison");

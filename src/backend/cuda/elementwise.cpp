@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "backend/common/layout.h"
+#include "backend/common/op_meta.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/iter.h"
 #include "backend/cuda/runtime.h"
@@ -19,27 +21,6 @@ Tensor materialize(CudaBackend& be, const Tensor& t, DType dtype) {
   Tensor c = temp_like(t, dtype);
   be.copy(t, c);
   return c;
-}
-
-bool unary_is_predicate(UnaryOp op) {
-  return op == UnaryOp::logical_not || op == UnaryOp::isnan || op == UnaryOp::isinf;
-}
-
-bool binary_is_predicate(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::eq:
-    case BinaryOp::ne:
-    case BinaryOp::lt:
-    case BinaryOp::le:
-    case BinaryOp::gt:
-    case BinaryOp::ge:
-    case BinaryOp::logical_and:
-    case BinaryOp::logical_or:
-    case BinaryOp::logical_xor:
-      return true;
-    default:
-      return false;
-  }
 }
 
 }  // namespace
@@ -89,15 +70,10 @@ void CudaBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, double a
   if (out.numel() == 0) return;
   DeviceGuard guard(out);
   cudaStream_t stream = stream_of(out.device().index());
-  const bool pred = unary_is_predicate(op);
-  if (!pred && out.dtype() != x.dtype()) {  // kernels compute in x's dtype
-    Tensor tmp = temp_like(out, x.dtype());
-    unary(op, x, tmp, a, b);
-    copy(tmp, out);
-    return;
-  }
-  if (pred && out.dtype() != DType::boolean) {
-    Tensor tmp = temp_like(out, DType::boolean);
+  // The kernels compute in x's dtype and write it (bool for predicates).
+  const DType want = common::output_dtype(op, x.dtype());
+  if (out.dtype() != want) {
+    Tensor tmp = temp_like(out, want);
     unary(op, x, tmp, a, b);
     copy(tmp, out);
     return;
@@ -118,7 +94,7 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Te
     binary(op, ac, bc, out, alpha);
     return;
   }
-  const DType want = binary_is_predicate(op) ? DType::boolean : a.dtype();
+  const DType want = common::output_dtype(op, a.dtype());
   if (out.dtype() != want) {
     Tensor tmp = temp_like(out, want);
     binary(op, a, b, tmp, alpha);
@@ -155,42 +131,7 @@ void CudaBackend::ternary(TernaryOp op, const Tensor& a, const Tensor& b, const 
 // ------------------------------------------------------------------------------- reductions
 namespace {
 
-// The value of a reduction over nothing (CPU semantics).
-double empty_result(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-    case ReduceOp::sum_squares:
-    case ReduceOp::any:
-    case ReduceOp::argmax:
-    case ReduceOp::argmin:
-      return 0.0;
-    case ReduceOp::prod:
-    case ReduceOp::all:
-      return 1.0;
-    case ReduceOp::logsumexp:
-      return -std::numeric_limits<double>::infinity();
-    default:
-      return std::numeric_limits<double>::quiet_NaN();
-  }
-}
-
-struct Axis {
-  int64_t size, xs, os;
-};
-
-std::vector<Axis> coalesce(const std::vector<Axis>& axes) {  // outermost first
-  std::vector<Axis> out;
-  for (auto it = axes.rbegin(); it != axes.rend(); ++it) {
-    if (it->size == 1) continue;
-    if (!out.empty() && it->xs == out.back().xs * out.back().size &&
-        it->os == out.back().os * out.back().size) {
-      out.back().size *= it->size;
-      continue;
-    }
-    out.push_back(*it);
-  }
-  return {out.rbegin(), out.rend()};
-}
+using Axis = common::ReduceAxis;
 
 }  // namespace
 
@@ -198,7 +139,7 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out,
                          const std::vector<int64_t>& dims) {
   if (out.numel() == 0) return;
   if (x.numel() == 0) {
-    fill(out, empty_result(op));
+    fill(out, common::empty_reduction_value(op));
     return;
   }
   DeviceGuard guard(out);
@@ -211,7 +152,8 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out,
     const Axis a{x.size(d), x.stride(d), is_reduced[d] ? 0 : out.stride(d)};
     (is_reduced[d] ? red_axes : kept_axes).push_back(a);
   }
-  const std::vector<Axis> kept = coalesce(kept_axes), red = coalesce(red_axes);
+  const std::vector<Axis> kept = common::coalesce_axes(kept_axes),
+                          red = common::coalesce_axes(red_axes);
   int64_t outputs = 1, count = 1;
   for (const Axis& a : kept) outputs *= a.size;
   for (const Axis& a : red) count *= a.size;

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 #include <vector>
 
+#include "backend/common/layout.h"
 #include "backend/cuda/kernels.h"
 #include "gradus/core/tensor.h"
 
@@ -24,31 +26,17 @@ struct Layout {
 
 template <int N>
 Layout<N> make_layout(const Shape& shape, const std::array<const Tensor*, N>& ts) {
+  std::array<int64_t, N> unit;
+  unit.fill(1);
+  common::CoalescedDims<N> dims = common::coalesce_dims<N>(shape, ts, unit);  // element strides
   Layout<N> l;
+  l.sizes = std::move(dims.sizes);
+  l.strides = std::move(dims.strides);
   l.numel = shape_numel(shape);
   for (int k = 0; k < N; ++k) {
     l.data[k] = static_cast<char*>(ts[k]->raw_data());
     l.dtype[k] = ts[k]->dtype();
   }
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    if (shape[d] == 1) continue;
-    std::array<int64_t, N> s;
-    for (int k = 0; k < N; ++k) s[k] = ts[k]->strides()[d];
-    if (!l.sizes.empty()) {
-      const int64_t inner_size = l.sizes.back();
-      const auto& inner = l.strides.back();
-      bool mergeable = true;
-      for (int k = 0; k < N; ++k) mergeable = mergeable && s[k] == inner[k] * inner_size;
-      if (mergeable) {
-        l.sizes.back() *= shape[d];
-        continue;
-      }
-    }
-    l.sizes.push_back(shape[d]);
-    l.strides.push_back(s);
-  }
-  std::reverse(l.sizes.begin(), l.sizes.end());
-  std::reverse(l.strides.begin(), l.strides.end());
   return l;
 }
 

@@ -2,6 +2,7 @@
 // constant, so each is a tight map); f64 and the integer types take the op at run time.
 #include <cmath>
 
+#include "backend/common/op_meta.h"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/ops.cuh"
 
@@ -119,16 +120,12 @@ void unary_typed(UnaryOp op, const Iter<2>& it, double a, double b, cudaStream_t
 #undef GRADUS_UNARY_CASE
 }
 
-bool is_predicate(UnaryOp op) {
-  return op == UnaryOp::logical_not || op == UnaryOp::isnan || op == UnaryOp::isinf;
-}
-
 }  // namespace
 
 // it: operand 0 = out, operand 1 = x (same dtype, or bool out for predicates).
 void launch_unary(UnaryOp op, const Iter<2>& it, double a, double b, cudaStream_t stream) {
   const DType t = it.dtype[1];
-  if (is_predicate(op)) {
+  if (common::is_predicate(op)) {
     return dispatch_all(t, [&](auto tag) {
       using T = decltype(tag);
       map1<bool, T>(it, UnaryPred<compute_t<T>>{op}, stream, "unary predicate");
