@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/oom_hint.h"
 #include "gradus/core/error.h"
 #include "gradus/core/host_memory.h"
 #include "gradus/core/storage.h"
@@ -82,8 +83,7 @@ class CachingHostAllocator final : public Allocator {
           "cpu: out of memory allocating ", format_bytes(nbytes), " (gradus: ",
           format_bytes(now - nbytes), " allocated by tensors, limit ", format_bytes(limit),
           " set by --memory-limit or host::set_memory_limit; peak ", format_bytes(peak_.load()),
-          "). Hint: use a smaller --batch-size or --freeze layers you do not train; "
-          "gradus::host::memory_stats() shows usage."));
+          "). ", detail::kOutOfMemoryHint, "; gradus::host::memory_stats() shows usage."));
     }
     size_t peak = peak_.load();
     while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
@@ -112,11 +112,10 @@ class CachingHostAllocator final : public Allocator {
     }
     if (p == nullptr) {
       num_ooms_.fetch_add(1);
-      throw OutOfMemoryError(
-          detail::str_cat("cpu: failed to allocate ", format_bytes(nbytes),
-                          " of host memory (gradus: ", format_bytes(allocated_.load()),
-                          " allocated by tensors). Hint: use a smaller "
-                          "--batch-size; gradus::host::memory_stats() shows usage."));
+      throw OutOfMemoryError(detail::str_cat(
+          "cpu: failed to allocate ", format_bytes(nbytes),
+          " of host memory (gradus: ", format_bytes(allocated_.load()), " allocated by tensors). ",
+          detail::kOutOfMemoryHint, "; gradus::host::memory_stats() shows usage."));
     }
     return p;
   }

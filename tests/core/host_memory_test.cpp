@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/oom_hint.h"
 #include "gradus/gradus.h"
 
 namespace gradus {
@@ -112,6 +113,11 @@ TEST(HostMemory, CurrentPeakAndLimit) {
     const std::string m = e.what();
     EXPECT_NE(m.find("out of memory allocating 781.2 KiB"), std::string::npos) << m;
     EXPECT_NE(m.find("--memory-limit"), std::string::npos) << m;
+    // The same remedies as the GPU's message (tests/cli checks that each option exists).
+    EXPECT_NE(m.find(std::string(detail::kOutOfMemoryHint) +
+                     "; gradus::host::memory_stats() shows usage."),
+              std::string::npos)
+        << m;
   }
   EXPECT_EQ(host::memory_stats().allocated_bytes, base.allocated_bytes + 400000);
   EXPECT_EQ(host::memory_stats().num_ooms, base.num_ooms + 1);
