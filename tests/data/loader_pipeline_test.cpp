@@ -5,6 +5,7 @@
 #include <random>
 #include <thread>
 
+#include "data/loader_stages.h"
 #include "gradus/core/cuda.h"
 #include "support/test_util.h"
 
@@ -183,6 +184,23 @@ TEST(LoaderPipeline, StatsMeasureTheWaitForData) {
   fast.reset_stats();
   EXPECT_EQ(fast.stats().batches, 0);
   EXPECT_EQ(fast.stats().wait_seconds, 0.0);
+}
+
+// Without a device, pinning fails: the batch stays in pageable memory, with one warning per pool.
+TEST(LoaderPipeline, PinnedPoolFallsBackToPageableMemory) {
+  if (cuda::is_available()) GTEST_SKIP() << "a CUDA device can pin memory";
+  auto pool = std::make_shared<detail::PinnedPool>();
+  const Tensor x = testing::random_tensor({4, 3}, testing::fresh_seed(), -1, 1, DType::f32);
+  ::testing::internal::CaptureStderr();
+  const Tensor a = pool->pinned_copy(x);
+  const Tensor b = pool->pinned_copy(x);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(pool->pinning_failed());
+  EXPECT_EQ(a.to_vector<double>(), x.to_vector<double>());
+  EXPECT_EQ(b.to_vector<double>(), x.to_vector<double>());
+  EXPECT_NE(err.find("cannot pin host memory"), std::string::npos) << err;
+  EXPECT_EQ(err.find("cannot pin", err.find("cannot pin") + 1), std::string::npos)
+      << "warned more than once: " << err;
 }
 
 TEST(LoaderPipelineCuda, DeviceBatchesEqualCpuBatches) {
