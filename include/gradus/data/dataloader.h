@@ -16,7 +16,7 @@
 // training step and restore it with set_position(): the remaining batches are the same ones.
 //
 // Workers: with num_workers >= 1, background threads load batches (dataset->get_batch, then the
-// copy to `device`) into a bounded queue while the caller trains; batches are still yielded in
+// transform for a CPU target) into a bounded queue while the caller trains; batches are yielded in
 // order. At most max(prefetch, num_workers) batches are loaded ahead of the one being used. An
 // exception thrown while loading a batch is rethrown in the loop when that batch is reached.
 // Leaving the loop early (break, exception) stops and joins the workers. Workers run their kernels
