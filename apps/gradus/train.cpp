@@ -104,16 +104,7 @@ int run_train_images(const TrainOptions& options) {
     io::probe_writable_directory(o.checkpoint_dir, "train: --checkpoint-dir", true);
   }
 
-  const bool mnist = o.data == "mnist";
-  GRADUS_CHECK(!mnist || !o.data_dir.empty(), ValueError,
-               "train: --data mnist needs --data-dir DIR (a directory with MNIST's four "
-               "*-ubyte.gz files)");
-  const std::string dir = o.data_dir.empty() ? data::kDefaultFashionMnistDir : o.data_dir;
-  // normalise = false: raw [0, 1] pixels (--augment normalises on the device, after padding).
-  auto load = [&](bool train, int64_t limit, bool normalise) {
-    return mnist ? data::load_mnist(dir, train, limit, normalise)
-                 : data::load_fashion_mnist(dir, train, limit, normalise);
-  };
+  check_image_data_options(o);
 
   // --amp f16 scales the loss; the scaler's skip decision needs the same gradients on every rank,
   // which only DDP (gradients all-reduced before the step) gives.
@@ -202,8 +193,8 @@ int run_train_images(const TrainOptions& options) {
   };
 
   // The data last: a bad model option (--freeze PREFIX) fails before the dataset is read.
-  std::shared_ptr<data::TensorDataset> train_set = load(true, o.limit_train, !o.augment);
-  std::shared_ptr<data::TensorDataset> test_set = load(false, o.limit_test, true);
+  std::shared_ptr<data::TensorDataset> train_set = load_image_split(o, /*train=*/true);
+  std::shared_ptr<data::TensorDataset> test_set = load_image_split(o, /*train=*/false);
   data::DataLoader train_loader(train_set, {.batch_size = o.batch_size,
                                             .shuffle = true,
                                             .seed = o.seed,

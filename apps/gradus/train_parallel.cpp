@@ -102,6 +102,7 @@ int run_train_model_parallel(const TrainOptions& options) {
   const auto run_start = Clock::now();
   const TrainOptions& o = options;
   check_supported(o);
+  check_image_data_options(o);
   apply_threads(o.threads);
   const dist::World world = dist::init({.timeout_seconds = o.dist_timeout});
   const dist::ParallelGroups groups =
@@ -132,15 +133,8 @@ int run_train_model_parallel(const TrainOptions& options) {
   std::unique_ptr<optim::Optimizer> optimizer;
   if (!pipe.parameters().empty()) optimizer = make_optimizer(o, o.lr, pipe.parameters());
 
-  const std::string dir = o.data_dir.empty() ? data::kDefaultFashionMnistDir : o.data_dir;
-  GRADUS_CHECK(o.data != "mnist" || !o.data_dir.empty(), ValueError,
-               "train: --data mnist needs --data-dir DIR");
-  auto load = [&](bool train, int64_t limit, bool normalise) {
-    return o.data == "mnist" ? data::load_mnist(dir, train, limit, normalise)
-                             : data::load_fashion_mnist(dir, train, limit, normalise);
-  };
-  auto train_set = load(true, o.limit_train, !o.augment);
-  auto test_set = load(false, o.limit_test, true);
+  auto train_set = load_image_split(o, /*train=*/true);
+  auto test_set = load_image_split(o, /*train=*/false);
   data::DataLoader loader(train_set, {.batch_size = o.batch_size,
                                       .shuffle = true,
                                       .seed = o.seed,

@@ -45,4 +45,18 @@ std::shared_ptr<optim::LRScheduler> make_scheduler(const TrainOptions& o,
   return after;
 }
 
+void check_image_data_options(const TrainOptions& o) {
+  GRADUS_CHECK(o.data != "mnist" || !o.data_dir.empty(), ValueError,
+               "train: --data mnist needs --data-dir DIR (a directory with MNIST's four "
+               "*-ubyte.gz files)");
+}
+
+std::shared_ptr<data::TensorDataset> load_image_split(const TrainOptions& o, bool train) {
+  const std::string dir = o.data_dir.empty() ? data::kDefaultFashionMnistDir : o.data_dir;
+  const int64_t limit = train ? o.limit_train : o.limit_test;
+  const bool normalise = !train || !o.augment;
+  return o.data == "mnist" ? data::load_mnist(dir, train, limit, normalise)
+                           : data::load_fashion_mnist(dir, train, limit, normalise);
+}
+
 }  // namespace gradus::cli

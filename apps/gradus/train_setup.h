@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "gradus/data/mnist.h"
 #include "gradus/optim/optim.h"
 
 namespace gradus::cli {
@@ -19,5 +20,12 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, double l
 std::shared_ptr<optim::LRScheduler> make_scheduler(const TrainOptions& o,
                                                    optim::Optimizer& optimizer, int64_t total_steps,
                                                    int64_t steps_per_epoch);
+
+// --data mnist needs --data-dir: refused before anything is built or read.
+void check_image_data_options(const TrainOptions& o);
+// The training split (--limit-train; raw [0, 1] pixels under --augment, which normalises on the
+// device after padding, else normalised) or the test split (--limit-test, normalised) of
+// --data mnist|fashion-mnist.
+std::shared_ptr<data::TensorDataset> load_image_split(const TrainOptions& o, bool train);
 
 }  // namespace gradus::cli

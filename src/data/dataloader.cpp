@@ -119,22 +119,9 @@ class DataLoader::EpochRun {
     const int64_t b = next_consume_;
     if (feed_) {
       advance_on_device(b);
-    } else if (threads_.empty()) {
-      current_ = load(b);
-      ++next_consume_;
     } else {
-      Slot slot;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        ready_cv_.wait(lock, [&] { return ready_.count(b) != 0; });
-        auto it = ready_.find(b);
-        slot = std::move(it->second);
-        ready_.erase(it);
-        ++next_consume_;
-      }
-      space_cv_.notify_all();
-      if (slot.error) std::rethrow_exception(slot.error);
-      current_ = std::move(slot.batch);
+      current_ = take_loaded(b);
+      consumed();
     }
     // The batch being used is b; a checkpoint taken now resumes after it.
     loader_->position_.batch = b + 1;
@@ -161,11 +148,7 @@ class DataLoader::EpochRun {
   // overlaps this step's compute.
   void advance_on_device(int64_t b) {
     if (!feed_->staged(b)) feed_->stage(b, take_loaded(b));
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++next_consume_;
-    }
-    space_cv_.notify_all();
+    consumed();
     current_ = feed_->take(b);
     detail::transform_batch(current_, loader_->options_,
                             detail::batch_stream(loader_->options_, epoch_, b));
@@ -175,8 +158,17 @@ class DataLoader::EpochRun {
     }
   }
 
+  // The batch at next_consume_ has been taken: the workers may load one more ahead.
+  void consumed() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++next_consume_;
+    }
+    space_cv_.notify_all();
+  }
+
   // Host batch b: loaded here (no workers) or taken from the queue, waiting for it (the caller
-  // advances next_consume_).
+  // then calls consumed()).
   Example take_loaded(int64_t b) {
     if (threads_.empty()) return load(b);
     Slot slot;

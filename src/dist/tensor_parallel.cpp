@@ -5,12 +5,26 @@
 
 #include <sstream>
 
+#include "dist/gather.h"
+
 #include "gradus/autograd.h"
 #include "gradus/autograd/function.h"
 #include "gradus/nn/layers.h"
 #include "gradus/ops.h"
 
 namespace gradus::dist {
+
+std::vector<Tensor> detail::gather_from_every_rank(const Tensor& x, ProcessGroup& g,
+                                                   const std::string& label) {
+  const Tensor in = x.contiguous();
+  Shape shape = in.sizes();
+  shape.insert(shape.begin(), g.size());
+  Tensor buf = empty(shape, {in.dtype(), in.device()});
+  g.all_gather(buf, in, label)->wait();
+  std::vector<Tensor> parts;
+  for (int r = 0; r < g.size(); ++r) parts.push_back(buf.select(0, r));
+  return parts;
+}
 
 namespace {
 
@@ -33,14 +47,7 @@ Tensor all_reduced(const Tensor& x, ProcessGroup& g, const std::string& label) {
 
 // [.., k] on every rank -> [.., size * k], rank r's values at [r*k, (r+1)*k).
 Tensor gathered_last_dim(const Tensor& x, ProcessGroup& g, const std::string& label) {
-  const Tensor in = x.contiguous();
-  Shape shape = in.sizes();
-  shape.insert(shape.begin(), g.size());
-  Tensor buf = empty(shape, {in.dtype(), in.device()});
-  g.all_gather(buf, in, label)->wait();
-  std::vector<Tensor> parts;
-  for (int r = 0; r < g.size(); ++r) parts.push_back(buf.select(0, r));
-  return cat(parts, -1);
+  return cat(detail::gather_from_every_rank(x, g, label), -1);
 }
 
 // [k, ..] on every rank -> [size * k, ..] (a 2-D weight split by rows).

@@ -1,5 +1,7 @@
 #include "gradus/dist/tensor_parallel_attention.h"
 
+#include "dist/gather.h"
+
 #include "gradus/autograd.h"
 #include "gradus/dist/tensor_parallel.h"
 #include "gradus/ops.h"
@@ -15,21 +17,9 @@ Tensor qkv_rows(const Tensor& full, int64_t c, int64_t r, int64_t k) {
       0);
 }
 
-// Every rank's `local`, in rank order (an all-gather).
-std::vector<Tensor> gathered(const Tensor& local, ProcessGroup& g, const std::string& label) {
-  const Tensor in = local.detach().contiguous();
-  Shape shape = in.sizes();
-  shape.insert(shape.begin(), g.size());
-  Tensor buf = empty(shape, {in.dtype(), in.device()});
-  g.all_gather(buf, in, label)->wait();
-  std::vector<Tensor> parts;
-  for (int r = 0; r < g.size(); ++r) parts.push_back(buf.select(0, r));
-  return parts;
-}
-
 // Every rank's [3k, ...] q/k/v rows back into the stacked [3C, ...] layout.
 Tensor gather_qkv(const Tensor& local, ProcessGroup& g, int64_t k, const std::string& label) {
-  const std::vector<Tensor> parts = gathered(local, g, label);
+  const std::vector<Tensor> parts = detail::gather_from_every_rank(local.detach(), g, label);
   std::vector<Tensor> blocks;
   for (int64_t which = 0; which < 3; ++which) {
     for (const Tensor& p : parts) blocks.push_back(p.narrow(0, which * k, k));
@@ -92,9 +82,11 @@ nn::StateDict TensorParallelSelfAttention::full_state_dict() const {
     d.insert("c_attn.bias", gather_qkv(qkv_bias, *group_, k, "full_state_dict c_attn.bias"));
   }
   // c_proj's columns: every rank's transposed slice is a block of rows of the transpose.
-  d.insert(
-      "c_proj.weight",
-      cat(gathered(proj_weight.t(), *group_, "full_state_dict c_proj.weight"), 0).t().contiguous());
+  d.insert("c_proj.weight", cat(detail::gather_from_every_rank(proj_weight.detach().t(), *group_,
+                                                               "full_state_dict c_proj.weight"),
+                                0)
+                                .t()
+                                .contiguous());
   if (proj_bias.defined()) d.insert("c_proj.bias", proj_bias.detach().clone());
   return d;
 }

@@ -303,49 +303,25 @@ void* gemm_workspace(int device) {
   return ws;
 }
 
-BlasLease::BlasLease(int device) : device_(device) {
-  DeviceState& s = device_state(device);
-  {
-    std::lock_guard<std::mutex> lock(s.handle_mu);
-    if (!s.free_blas.empty()) {
-      handle_ = s.free_blas.back();
-      s.free_blas.pop_back();
-    }
-  }
-  if (handle_ == nullptr) {
-    DeviceGuard guard(device);
-    GRADUS_CUBLAS_CHECK("gemm", cublasCreate(&handle_));
-  }
-  GRADUS_CUBLAS_CHECK("gemm", cublasSetStream(handle_, stream_of(device)));
+cublasHandle_t BlasHandles::create() {
+  cublasHandle_t h = nullptr;
+  GRADUS_CUBLAS_CHECK("gemm", cublasCreate(&h));
+  return h;
 }
 
-BlasLease::~BlasLease() {
-  DeviceState& s = device_state(device_);
-  std::lock_guard<std::mutex> lock(s.handle_mu);
-  s.free_blas.push_back(handle_);
+void BlasHandles::bind(cublasHandle_t h, cudaStream_t stream) {
+  GRADUS_CUBLAS_CHECK("gemm", cublasSetStream(h, stream));
 }
 
 #if GRADUS_HAS_CUDNN
-CudnnLease::CudnnLease(int device) : device_(device) {
-  DeviceState& s = device_state(device);
-  {
-    std::lock_guard<std::mutex> lock(s.handle_mu);
-    if (!s.free_cudnn.empty()) {
-      handle_ = s.free_cudnn.back();
-      s.free_cudnn.pop_back();
-    }
-  }
-  if (handle_ == nullptr) {
-    DeviceGuard guard(device);
-    GRADUS_CUDNN_CHECK("conv2d", cudnnCreate(&handle_));
-  }
-  GRADUS_CUDNN_CHECK("conv2d", cudnnSetStream(handle_, stream_of(device)));
+cudnnHandle_t CudnnHandles::create() {
+  cudnnHandle_t h = nullptr;
+  GRADUS_CUDNN_CHECK("conv2d", cudnnCreate(&h));
+  return h;
 }
 
-CudnnLease::~CudnnLease() {
-  DeviceState& s = device_state(device_);
-  std::lock_guard<std::mutex> lock(s.handle_mu);
-  s.free_cudnn.push_back(handle_);
+void CudnnHandles::bind(cudnnHandle_t h, cudaStream_t stream) {
+  GRADUS_CUDNN_CHECK("conv2d", cudnnSetStream(h, stream));
 }
 #endif
 

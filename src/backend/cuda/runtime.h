@@ -126,33 +126,58 @@ cublasLtHandle_t lt_handle(int device);
 // The calling thread's current stream's GEMM workspace (kGemmWorkspaceBytes).
 void* gemm_workspace(int device);
 
-// A cuBLAS handle for this thread's call, bound to its current stream; returned on destruction.
-class BlasLease {
+// A library handle for this thread's call, bound to its current stream: taken from the device's
+// free list (created when none is free) and returned on destruction.
+template <typename Traits>
+class HandleLease {
  public:
-  explicit BlasLease(int device);
-  ~BlasLease();
-  BlasLease(const BlasLease&) = delete;
-  BlasLease& operator=(const BlasLease&) = delete;
-  cublasHandle_t get() const { return handle_; }
+  using Handle = typename Traits::Handle;
+  explicit HandleLease(int device) : device_(device) {
+    DeviceState& s = device_state(device);
+    {
+      std::lock_guard<std::mutex> lock(s.handle_mu);
+      std::vector<Handle>& free = Traits::free_list(s);
+      if (!free.empty()) {
+        handle_ = free.back();
+        free.pop_back();
+      }
+    }
+    if (handle_ == nullptr) {
+      DeviceGuard guard(device);
+      handle_ = Traits::create();
+    }
+    Traits::bind(handle_, stream_of(device));
+  }
+  ~HandleLease() {
+    DeviceState& s = device_state(device_);
+    std::lock_guard<std::mutex> lock(s.handle_mu);
+    Traits::free_list(s).push_back(handle_);
+  }
+  HandleLease(const HandleLease&) = delete;
+  HandleLease& operator=(const HandleLease&) = delete;
+  Handle get() const { return handle_; }
 
  private:
   int device_;
-  cublasHandle_t handle_ = nullptr;
+  Handle handle_ = nullptr;
 };
+
+struct BlasHandles {
+  using Handle = cublasHandle_t;
+  static std::vector<Handle>& free_list(DeviceState& s) { return s.free_blas; }
+  static Handle create();
+  static void bind(Handle h, cudaStream_t stream);
+};
+using BlasLease = HandleLease<BlasHandles>;
 
 #if GRADUS_HAS_CUDNN
-class CudnnLease {
- public:
-  explicit CudnnLease(int device);
-  ~CudnnLease();
-  CudnnLease(const CudnnLease&) = delete;
-  CudnnLease& operator=(const CudnnLease&) = delete;
-  cudnnHandle_t get() const { return handle_; }
-
- private:
-  int device_;
-  cudnnHandle_t handle_ = nullptr;
+struct CudnnHandles {
+  using Handle = cudnnHandle_t;
+  static std::vector<Handle>& free_list(DeviceState& s) { return s.free_cudnn; }
+  static Handle create();
+  static void bind(Handle h, cudaStream_t stream);
 };
+using CudnnLease = HandleLease<CudnnHandles>;
 #endif
 
 bool tf32_allowed();
