@@ -33,6 +33,8 @@ MODELS = {
     "mlp-large": "Linear(784,1024) ReLU Linear(1024,1024) ReLU Linear(1024,10)",
     "cnn": "Conv(1,32,3,p1) ReLU MaxPool2 Conv(32,64,3,p1) ReLU MaxPool2 "
            "Linear(3136,128) ReLU Linear(128,10)",
+    "resnet20": "CIFAR ResNet-20 (3x3 basic blocks, widths 16/32/64, BatchNorm, projection "
+                "shortcuts) on 1x28x28",
 }
 DEFAULT_RUNS = "mlp@100,mlp-large@256,cnn@64"
 BENCH_BATCHES = 16  # = kBenchBatches in apps/gradus/bench.cpp
@@ -52,6 +54,11 @@ def worker_model(name):
             nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
             nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+    if name == "resnet20":
+        # The PyTorch twin the ResNet golden test is written from (same layers and names).
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+        from make_resnet_golden import resnet20
+        return resnet20(in_channels=1, num_classes=10)
     raise ValueError(f"unknown model {name}")
 
 
