@@ -199,34 +199,9 @@ void* pool_allocate(size_t nbytes, int device, cudaStream_t stream, const char* 
   return ptr;
 }
 
-void pool_free(void* ptr, size_t nbytes, int device, cudaStream_t stream) noexcept {
-  if (ptr == nullptr) return;
-  DeviceState& s = states()[device];
-  s.allocated.fetch_sub(nbytes);
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess) {
-    cudaGetLastError();
-    return;  // the runtime is shutting down
-  }
-  if (current != device) cudaSetDevice(device);
-  if (cudaFreeAsync(ptr, stream) != cudaSuccess) cudaGetLastError();
-  if (current != device) cudaSetDevice(current);
-}
-
-Workspace::Workspace(size_t nbytes, int device, const char* op)
-    : nbytes_(nbytes), device_(device), stream_(stream_of(device)) {
-  data_ = pool_allocate(nbytes, device, stream_, op);
-}
-
-Workspace::~Workspace() {
-  pool_free(data_, nbytes_, device_, stream_);
-}
-
 namespace {
-
 // The real calls behind detail::free_after_uses (src/core/stream_order.h).
 struct CudaStreamApi {
-  int device;
   cudaEvent_t record_event(void* stream) {
     cudaEvent_t e = nullptr;
     if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess ||
@@ -248,10 +223,40 @@ struct CudaStreamApi {
     if (e != nullptr) cudaEventDestroy(e);  // its resources go once it has fired
   }
   void free_async(void* ptr, void* stream) {
-    // pool_free does the bookkeeping; its size argument is applied by the caller below.
     if (cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream)) != cudaSuccess) cudaGetLastError();
   }
 };
+}  // namespace
+
+void pool_free(void* ptr, size_t nbytes, int device, const StreamUses& uses) noexcept {
+  if (ptr == nullptr) return;
+  DeviceState& s = states()[device];
+  s.allocated.fetch_sub(nbytes);
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();
+    return;  // the runtime is shutting down
+  }
+  if (current != device) cudaSetDevice(device);
+  CudaStreamApi api;
+  detail::free_after_uses(api, ptr, uses);
+  if (current != device) cudaSetDevice(current);
+}
+
+void pool_free(void* ptr, size_t nbytes, int device, cudaStream_t stream) noexcept {
+  pool_free(ptr, nbytes, device, StreamUses{stream, {}});
+}
+
+Workspace::Workspace(size_t nbytes, int device, const char* op)
+    : nbytes_(nbytes), device_(device), stream_(stream_of(device)) {
+  data_ = pool_allocate(nbytes, device, stream_, op);
+}
+
+Workspace::~Workspace() {
+  pool_free(data_, nbytes_, device_, stream_);
+}
+
+namespace {
 
 class CudaAllocator final : public Allocator {
  public:
@@ -265,21 +270,7 @@ class CudaAllocator final : public Allocator {
   void* allocation_stream(int device_index) override { return stream_of(device_index); }
   void deallocate_after(void* ptr, size_t nbytes, int device_index,
                         const StreamUses& uses) override {
-    if (uses.others.empty()) {
-      pool_free(ptr, nbytes, device_index, static_cast<cudaStream_t>(uses.allocated_on));
-      return;
-    }
-    DeviceState& s = states()[device_index];
-    s.allocated.fetch_sub(nbytes);
-    int current = -1;
-    if (cudaGetDevice(&current) != cudaSuccess) {
-      cudaGetLastError();
-      return;  // the runtime is shutting down
-    }
-    if (current != device_index) cudaSetDevice(device_index);
-    CudaStreamApi api{device_index};
-    detail::free_after_uses(api, ptr, uses);
-    if (current != device_index) cudaSetDevice(current);
+    pool_free(ptr, nbytes, device_index, uses);
   }
 };
 

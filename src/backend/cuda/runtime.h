@@ -121,6 +121,8 @@ class Workspace {
 // OutOfMemoryError); the free is ordered on the stream given (the one it was allocated on).
 void* pool_allocate(size_t nbytes, int device, cudaStream_t stream, const char* op);
 void pool_free(void* ptr, size_t nbytes, int device, cudaStream_t stream) noexcept;
+// The same for a block also used on other streams: freed after each of them (stream_order.h).
+void pool_free(void* ptr, size_t nbytes, int device, const StreamUses& uses) noexcept;
 
 cublasLtHandle_t lt_handle(int device);
 // The calling thread's current stream's GEMM workspace (kGemmWorkspaceBytes).
