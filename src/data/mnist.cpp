@@ -78,8 +78,8 @@ std::shared_ptr<TensorDataset> load_mnist_format(const MnistOptions& o) {
   return std::make_shared<TensorDataset>(x, y);
 }
 
-std::shared_ptr<TensorDataset> load_fashion_mnist(const std::string& dir, bool train,
-                                                  int64_t limit, bool normalise) {
+std::shared_ptr<TensorDataset> load_fashion_mnist(const std::string& dir, bool train, int64_t limit,
+                                                  bool normalise) {
   MnistOptions o;
   o.dir = dir;
   o.train = train;
