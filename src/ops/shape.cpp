@@ -396,17 +396,40 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   return cat(parts, d);
 }
 
+namespace ops {
+namespace {
+// The pieces of a split, views of x along d of the given lengths, as one autograd node whose
+// backward is a single cat of their gradients (the engine passes zeros for pieces that got none).
+// Recording each piece as its own slice would give each a zero-filled input-sized gradient to be
+// summed: for a transformer's q, k, v split, three fills, three copies and two adds of the whole
+// [B, T, 3C] per layer.
+std::vector<Tensor> record_split(const Tensor& x, const std::vector<int64_t>& lengths, int d) {
+  std::vector<Tensor> pieces;
+  pieces.reserve(lengths.size());
+  int64_t at = 0;
+  for (const int64_t length : lengths) {
+    Shape shape = x.sizes();
+    shape[d] = length;
+    pieces.push_back(x.as_strided_raw(shape, x.strides(), x.offset() + at * x.stride(d)));
+    at += length;
+  }
+  return record_multi("split", std::move(pieces), {x},
+                      [d](const TensorList& g, const NeedsGrad&) { return TensorList{cat(g, d)}; });
+}
+}  // namespace
+}  // namespace ops
+
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   GRADUS_PROFILE_OP("split");
   check_defined("split", {&x});
   GRADUS_CHECK(split_size > 0, ValueError, "split: split_size must be positive, got ", split_size);
   const int d = normalize_dim(dim, x.dim(), "split");
-  std::vector<Tensor> out;
+  std::vector<int64_t> lengths;
   for (int64_t at = 0; at < x.size(d); at += split_size) {
-    out.push_back(x.narrow(d, at, std::min(split_size, x.size(d) - at)));
+    lengths.push_back(std::min(split_size, x.size(d) - at));
   }
-  if (out.empty()) out.push_back(x);
-  return out;
+  if (lengths.empty()) return {x};
+  return ops::record_split(x, lengths, d);
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
@@ -416,14 +439,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   const int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
   GRADUS_CHECK(total == x.size(d), ShapeError, "split: sizes sum to ", total, " but dimension ", d,
                " has size ", x.size(d));
-  std::vector<Tensor> out;
-  int64_t at = 0;
-  for (int64_t s : sizes) {
-    GRADUS_CHECK(s >= 0, ValueError, "split: negative size ", s);
-    out.push_back(x.narrow(d, at, s));
-    at += s;
-  }
-  return out;
+  for (const int64_t s : sizes) GRADUS_CHECK(s >= 0, ValueError, "split: negative size ", s);
+  return ops::record_split(x, sizes, d);
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "gradus/core/host_memory.h"
+#include "gradus/core/threads.h"
 #include "support/test_util.h"
 
 namespace gradus {
@@ -155,6 +156,36 @@ INSTANTIATE_TEST_SUITE_P(Devices, FusedAttention,
                            return std::string(std::get<0>(info.param).is_cpu() ? "cpu" : "cuda") +
                                   "_" + dtype_name(std::get<1>(info.param));
                          });
+
+// The CPU backward runs one pass per (batch x head) entry when there are at least 4 entries per
+// thread and two passes (key tiles, then query tiles) otherwise; both must give bitwise the same
+// gradients, so results do not depend on the thread count. 8 entries take one pass on 1 thread
+// and two passes on 3; T = 150 (three 64-row tiles, the last partial), causal and not, Tq != Tk.
+TEST(FusedAttentionPaths, OnePassAndTwoPassBackwardsAgreeBitwise) {
+  const int saved = get_num_threads();
+  const uint64_t seed = fresh_seed();
+  for (const bool causal : {false, true}) {
+    for (const int64_t tk : {int64_t{150}, int64_t{97}}) {
+      const Tensor q = random_tensor({8, 150, 24}, seed, -2, 2, DType::f32),
+                   k = random_tensor({8, tk, 24}, seed + 1, -2, 2, DType::f32),
+                   v = random_tensor({8, tk, 20}, seed + 2, -1, 1, DType::f32),
+                   w = random_tensor({8, 150, 20}, seed + 3, -1, 1, DType::f32);
+      auto fn = [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+        return scaled_dot_product_attention(a, b, d, opts(causal));
+      };
+      set_num_threads(1);
+      const Grads one = run(fn, q, k, v, w, DType::f32, Device::cpu());
+      set_num_threads(3);
+      const Grads two = run(fn, q, k, v, w, DType::f32, Device::cpu());
+      SCOPED_TRACE(::testing::Message() << "causal " << causal << " tk " << tk);
+      EXPECT_TRUE(all_close(one.out, two.out, 0, 0));
+      EXPECT_TRUE(all_close(one.gq, two.gq, 0, 0));
+      EXPECT_TRUE(all_close(one.gk, two.gk, 0, 0));
+      EXPECT_TRUE(all_close(one.gv, two.gv, 0, 0));
+    }
+  }
+  set_num_threads(saved);
+}
 
 // The kernel never holds the [T, T] scores: tensor memory grows with T, not T^2.
 TEST(FusedAttentionMemory, PeakDoesNotGrowWithTheScoreMatrix) {

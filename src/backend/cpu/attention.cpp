@@ -11,7 +11,13 @@
 // where z is the dropout multiplier (0 or 1 / (1 - p)) and Pd = z P. It runs in two passes so
 // that every gradient row is written by one thread (no atomics, bitwise deterministic): pass 1
 // over key tiles (dK, dV), pass 2 over query tiles (dQ). Each recomputes the scores once more,
-// the usual price of not storing them.
+// the usual price of not storing them. When there are enough (batch x head) entries to occupy
+// every thread, or a head is a single tile, one pass per entry does it all instead: its task owns
+// every gradient row of the entry, recomputes each tile once, and accumulates in the same order
+// as the two passes, so both give bitwise the same gradients.
+//
+// exp runs through vec::exp in `omp simd` loops (libm's expf is a scalar call, and the exps are
+// most of this kernel's non-GEMM time at small head sizes).
 #include <cblas.h>
 
 #include <algorithm>
@@ -21,6 +27,7 @@
 
 #include "backend/cpu/float_args.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/vec_math.h"
 
 namespace gradus::backend::cpu {
 namespace {
@@ -98,22 +105,28 @@ void forward(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor&
           C* sr = s.data() + r * kCols;
           const int64_t n = visible(a, q0 + r, k0, cols);
           C mx = m[r];
-          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]);
+#pragma omp simd reduction(max : mx)
+          for (int64_t j = 0; j < n; ++j) mx = sr[j] > mx ? sr[j] : mx;
           if (n == 0 || mx == -std::numeric_limits<C>::infinity()) {
             std::fill(sr, sr + cols, C(0));
             continue;
           }
           const C rescale = std::exp(m[r] - mx);  // 0 on the first visible tile
           C sum = 0;
+#pragma omp simd reduction(+ : sum)
           for (int64_t j = 0; j < n; ++j) {
-            sr[j] = std::exp(sr[j] - mx);
-            sum += sr[j];
+            const C e = vec::exp(sr[j] - mx);
+            sr[j] = e;
+            sum += e;
           }
           std::fill(sr + n, sr + cols, C(0));
           l[r] = l[r] * rescale + sum;
           m[r] = mx;
-          C* ar = acc.data() + r * d.dv;
-          for (int64_t c = 0; c < d.dv; ++c) ar[c] *= rescale;
+          if (rescale != C(1)) {
+            C* ar = acc.data() + r * d.dv;
+#pragma omp simd
+            for (int64_t c = 0; c < d.dv; ++c) ar[c] *= rescale;
+          }
           if (dropout) apply_dropout(a, d, b, q0 + r, k0, cols, sr, u.data());
         }
         gemm(false, false, rows, d.dv, cols, C(1), s.data(), kCols, v + (b * d.tk + k0) * d.dv,
@@ -152,7 +165,8 @@ struct TileMath {
       C* dr = ds + r * kCols;
       const int64_t n = visible(a, i, k0, cols);
       const C row_lse = lse[b * d.tq + i];
-      for (int64_t j = 0; j < n; ++j) pr[j] = std::exp(pr[j] - row_lse);
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) pr[j] = vec::exp(pr[j] - row_lse);
       std::fill(pr + n, pr + cols, C(0));
       if (a.dropout_p > 0) {
         // z dPd: the same multipliers as the forward's, drawn again from the stream.
@@ -162,6 +176,7 @@ struct TileMath {
         apply_dropout(a, d, b, i, k0, cols, pr, u);  // P -> Pd
       } else {
         const C dl = delta[b * d.tq + i];
+#pragma omp simd
         for (int64_t j = 0; j < cols; ++j) dr[j] = pr[j] * (dr[j] - dl);
       }
     }
@@ -189,10 +204,44 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
       a, d, q, kt.data_ptr<C>(), vt.data_ptr<C>(), go, lset.data_ptr<C>(), delta.data(), scale};
   const bool dropout = a.dropout_p > 0;
 
-  // Pass 1: dK and dV, one key tile per task.
   const int64_t ktiles = (d.tk + kCols - 1) / kCols;
+  const int64_t qtiles = (d.tq + kRows - 1) / kRows;
   C* gk = gkt.data_ptr<C>();
   C* gv = gvt.data_ptr<C>();
+  C* gq = gqt.data_ptr<C>();
+  const C* k = kt.data_ptr<C>();
+
+  if ((ktiles == 1 && qtiles == 1) || d.batch >= 4 * int64_t{omp_get_max_threads()}) {
+    // One pass per batch entry: q tiles outer and key tiles inner give each dK / dV tile its
+    // query tiles in ascending order and each dQ tile its key tiles in ascending order, exactly
+    // the two passes' orders.
+    parallel_for(d.batch, 1, [&](int64_t begin, int64_t end) {
+      std::vector<C> p(kRows * kCols), ds(kRows * kCols);
+      std::vector<float> u(dropout ? kCols : 0);
+      for (int64_t b = begin; b < end; ++b) {
+        std::fill(gk + b * d.tk * d.d, gk + (b + 1) * d.tk * d.d, C(0));
+        std::fill(gv + b * d.tk * d.dv, gv + (b + 1) * d.tk * d.dv, C(0));
+        std::fill(gq + b * d.tq * d.d, gq + (b + 1) * d.tq * d.d, C(0));
+        for (int64_t q0 = 0; q0 < d.tq; q0 += kRows) {
+          const int64_t rows = std::min(kRows, d.tq - q0);
+          const int64_t kend = a.causal ? std::min(d.tk, q0 + rows) : d.tk;
+          for (int64_t k0 = 0; k0 < kend; k0 += kCols) {
+            const int64_t cols = std::min(kCols, kend - k0);
+            tile.run(b, q0, rows, k0, cols, p.data(), ds.data(), u.data());
+            gemm(true, false, cols, d.dv, rows, C(1), p.data(), kCols, go + (b * d.tq + q0) * d.dv,
+                 d.dv, C(1), gv + (b * d.tk + k0) * d.dv, d.dv);
+            gemm(true, false, cols, d.d, rows, scale, ds.data(), kCols, q + (b * d.tq + q0) * d.d,
+                 d.d, C(1), gk + (b * d.tk + k0) * d.d, d.d);
+            gemm(false, false, rows, d.d, cols, scale, ds.data(), kCols, k + (b * d.tk + k0) * d.d,
+                 d.d, C(1), gq + (b * d.tq + q0) * d.d, d.d);
+          }
+        }
+      }
+    });
+    return;
+  }
+
+  // Pass 1: dK and dV, one key tile per task.
   parallel_for(d.batch * ktiles, 1, [&](int64_t begin, int64_t end) {
     std::vector<C> p(kRows * kCols), ds(kRows * kCols);
     std::vector<float> u(dropout ? kCols : 0);
@@ -216,9 +265,6 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
   });
 
   // Pass 2: dQ, one query tile per task.
-  const int64_t qtiles = (d.tq + kRows - 1) / kRows;
-  C* gq = gqt.data_ptr<C>();
-  const C* k = kt.data_ptr<C>();
   parallel_for(d.batch * qtiles, 1, [&](int64_t begin, int64_t end) {
     std::vector<C> p(kRows * kCols), ds(kRows * kCols);
     std::vector<float> u(dropout ? kCols : 0);

@@ -52,6 +52,34 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
   }
 }
 
+// One GEMM on all threads. OpenBLAS's own threading reaches only 100-130 GFLOP/s on 2 Zen 3
+// cores for a transformer's shapes (768 x 128..512 x 128..768) where one single-threaded call per
+// thread on a contiguous block of C's rows reaches 155-175 (and within 2% of it on large squares):
+// each thread packs all of op(B), which is cheap next to its share of the work. Wide outputs
+// (fewer rows than columns) keep OpenBLAS's split, which is better there. Measured with a
+// stand-alone cblas timing of each shape; see docs/performance.md ("GPT").
+template <typename T>
+void threaded_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+                   int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  constexpr int64_t kRowAlign = 16;  // a multiple of every OpenBLAS kernel's row unroll
+  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t blocks = std::min<int64_t>(threads, m / (2 * kRowAlign));
+  if (blocks <= 1 || m < n || m * n * k <= kSmallGemm) {
+    blas_gemm<T>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  const int64_t per = (m + blocks - 1) / blocks;
+  const int64_t rows_per = (per + kRowAlign - 1) / kRowAlign * kRowAlign;
+#pragma omp parallel for num_threads(static_cast <int>(blocks)) schedule(static, 1)
+  for (int64_t t = 0; t < blocks; ++t) {
+    const int64_t r0 = t * rows_per, rows = std::min(m, r0 + rows_per) - r0;
+    if (rows <= 0) continue;
+    // Row r0 of op(A): row r0 of A, or column r0 of the stored A^T.
+    const T* ar = ta ? a + r0 : a + r0 * lda;
+    blas_gemm<T>(ta, tb, rows, n, k, alpha, ar, lda, b, ldb, beta, c + r0 * ldc, ldc);
+  }
+}
+
 template <typename T>
 inline T activate(Activation act, T v) {
   switch (act) {
@@ -158,9 +186,9 @@ void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& out, const GemmA
     const T* bi = pb + i * bbs;
     T* ci = pc + i * vo.bs;
     if (!mo.transposed) {
-      blas_gemm<T>(ta, tb, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
+      threaded_gemm<T>(ta, tb, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
     } else {  // column-major out: C^T = op(B)^T op(A)^T
-      blas_gemm<T>(!tb, !ta, n, m, k, alpha, bi, ldb, ai, lda, beta, ci, ldc);
+      threaded_gemm<T>(!tb, !ta, n, m, k, alpha, bi, ldb, ai, lda, beta, ci, ldc);
     }
   };
   if (batch > 1 && m * n * k <= kSmallGemm && omp_get_max_threads() > 1 && !omp_in_parallel()) {
