@@ -1,14 +1,19 @@
-# GRADUS_USE_CUDA=AUTO turns the CUDA backend on when the toolkit is found.
+# GRADUS_USE_CUDA=AUTO builds the CUDA backend module when the toolkit is found. The module is
+# loaded at run time by the shared gradus libraries, so a static build has none.
 set(GRADUS_HAS_CUDA OFF)
-if(NOT GRADUS_USE_CUDA STREQUAL "OFF")
+if(NOT GRADUS_SHARED AND NOT GRADUS_USE_CUDA STREQUAL "OFF")
+  if(GRADUS_USE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "GRADUS_USE_CUDA=ON needs GRADUS_SHARED=ON: the CUDA backend is a "
+      "module the shared gradus libraries load at run time")
+  endif()
+  message(STATUS "gradus: GRADUS_SHARED=OFF, so no CUDA backend module")
+elseif(NOT GRADUS_USE_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
   endif()
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    # The CUDA backend lands with its own issue; until then the option reports the toolkit but
-    # builds no CUDA code.
     if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/src/backend/cuda/CMakeLists.txt)
       if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
         set(CMAKE_CUDA_ARCHITECTURES 90)
@@ -23,4 +28,4 @@ if(NOT GRADUS_USE_CUDA STREQUAL "OFF")
     message(FATAL_ERROR "GRADUS_USE_CUDA=ON but no CUDA compiler was found")
   endif()
 endif()
-message(STATUS "gradus: CUDA backend ${GRADUS_HAS_CUDA}")
+message(STATUS "gradus: CUDA backend module ${GRADUS_HAS_CUDA}")

@@ -1,5 +1,7 @@
-# gradus_library(NAME SOURCES ... DEPS ...): one layer as a static library with the project's
-# warnings, an alias gradus::NAME, and the public include directory.
+# gradus_library(NAME [MODULE] SOURCES ... PUBLIC_DEPS ... PRIVATE_DEPS ...): one layer as a shared
+# library (static with GRADUS_SHARED=OFF) with the project's warnings, an alias gradus::NAME and
+# the public include directory. MODULE: a plug-in gradus loads at run time with dlopen (the CUDA
+# backend, the NCCL engine); nothing links it and it is not part of the exported package.
 function(gradus_set_warnings target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-unused-parameter>
@@ -37,7 +39,7 @@ function(gradus_set_warnings target)
 endfunction()
 
 function(gradus_library name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "MODULE" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   if(NOT ARG_SOURCES)
     # A layer still being written has no sources yet: an empty interface target keeps the graph.
     add_library(gradus_${name} INTERFACE)
@@ -47,7 +49,13 @@ function(gradus_library name)
     set_property(GLOBAL APPEND PROPERTY GRADUS_LIBRARIES gradus_${name})
     return()
   endif()
-  add_library(gradus_${name} STATIC ${ARG_SOURCES})
+  if(ARG_MODULE)
+    add_library(gradus_${name} MODULE ${ARG_SOURCES})
+  elseif(GRADUS_SHARED)
+    add_library(gradus_${name} SHARED ${ARG_SOURCES})
+  else()
+    add_library(gradus_${name} STATIC ${ARG_SOURCES})
+  endif()
   add_library(gradus::${name} ALIAS gradus_${name})
   set_target_properties(gradus_${name} PROPERTIES EXPORT_NAME ${name})
   target_include_directories(gradus_${name}
@@ -55,5 +63,9 @@ function(gradus_library name)
     PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(gradus_${name} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   gradus_set_warnings(gradus_${name})
-  set_property(GLOBAL APPEND PROPERTY GRADUS_LIBRARIES gradus_${name})
+  if(ARG_MODULE)
+    set_property(GLOBAL APPEND PROPERTY GRADUS_MODULES gradus_${name})
+  else()
+    set_property(GLOBAL APPEND PROPERTY GRADUS_LIBRARIES gradus_${name})
+  endif()
 endfunction()

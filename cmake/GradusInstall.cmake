@@ -1,12 +1,22 @@
-# cmake --install puts headers, the static libraries and a package config in the prefix, so that
-# another project can find_package(gradus) and link gradus::gradus.
+# cmake --install puts headers, the libraries, the run-time modules and a package config in the
+# prefix, so that another project can find_package(gradus) and link gradus::gradus. With shared
+# libraries (the default) a consumer needs none of gradus's own dependencies at build time: they
+# are private to the libraries, and the CUDA ones to the modules, which only gradus loads.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 get_property(gradus_libs GLOBAL PROPERTY GRADUS_LIBRARIES)
-install(TARGETS ${gradus_libs} gradus gradus_openblas EXPORT gradusTargets
+set(gradus_exported ${gradus_libs} gradus)
+if(NOT GRADUS_SHARED)
+  list(APPEND gradus_exported gradus_openblas)  # a static gradus_backend_cpu passes it on
+endif()
+install(TARGETS ${gradus_exported} EXPORT gradusTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+get_property(gradus_modules GLOBAL PROPERTY GRADUS_MODULES)
+if(gradus_modules)
+  install(TARGETS ${gradus_modules} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 install(DIRECTORY include/gradus DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT gradusTargets NAMESPACE gradus:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/gradus)
 configure_package_config_file(cmake/gradusConfig.cmake.in

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "commands.h"
+#include "gradus/core/cuda.h"
 #include "gradus/core/cuda_libraries.h"
 #include "gradus/core/device.h"
 #include "gradus/core/error.h"
@@ -78,9 +79,8 @@ Device resolve_device(const std::string& name) {
     const int count = cuda_device_count();
     GRADUS_CHECK(d.index() < count, DeviceError, "device '", name, "' was requested but ",
                  count == 0
-                     ? std::string(GRADUS_BUILD_CUDA ? "no CUDA device is visible"
-                                                     : "this build has no CUDA backend "
-                                                       "(configure with -DGRADUS_USE_CUDA=ON)")
+                     ? (cuda::backend_loaded() ? std::string("no CUDA device is visible")
+                                               : "the CUDA backend is " + cuda::backend_status())
                      : std::to_string(count) + " CUDA device(s) are visible",
                  "; use --device cpu or --device auto");
   }
@@ -92,7 +92,8 @@ int run_info(bool json) {
     nlohmann::ordered_json out = {{"version", GRADUS_VERSION},
                                   {"build_type", GRADUS_BUILD_TYPE},
                                   {"compiler", GRADUS_CXX_COMPILER},
-                                  {"cuda_backend", static_cast<bool>(GRADUS_BUILD_CUDA)},
+                                  {"cuda_backend", cuda::backend_loaded()},
+                                  {"cuda_backend_status", cuda::backend_status()},
                                   {"threads", get_num_threads()}};
     out.update(hardware_report());
     out["mpi"] = dist::mpi_version();
@@ -102,8 +103,8 @@ int run_info(bool json) {
     return 0;
   }
   std::printf("gradus %s\n", GRADUS_VERSION);
-  std::printf("build: %s, %s, CUDA backend %s\n", GRADUS_BUILD_TYPE, GRADUS_CXX_COMPILER,
-              GRADUS_BUILD_CUDA ? "on" : "off");
+  std::printf("build: %s, %s\n", GRADUS_BUILD_TYPE, GRADUS_CXX_COMPILER);
+  std::printf("CUDA backend: %s\n", cuda::backend_status().c_str());
   std::printf("threads: %d (OpenMP, %d processors)\n", get_num_threads(), omp_get_num_procs());
   std::printf("host memory cache: up to %zu MiB of freed blocks (GRADUS_HOST_CACHE_MB)\n",
               host::cache_stats().limit_bytes >> 20);

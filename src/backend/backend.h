@@ -327,9 +327,9 @@ class Backend {
   virtual void augment_images(const Tensor& x, const Tensor& out, const ImageAugmentArgs& args) = 0;
 };
 
-// The registry lives in src/ops/dispatch.cpp: gradus::autograd sits above the backends, links
-// them, and registers each (with its allocator) before the first op runs.
-// backend_for throws DeviceError if gradus was built without that device type.
+// The registry lives in src/ops/dispatch.cpp: the CPU backend is linked into gradus::autograd,
+// the CUDA one is loaded at run time (src/core/cuda_module.h). backend_for throws DeviceError
+// naming why there is no CUDA backend when the module is absent or did not load.
 Backend& backend_for(DeviceType type);
 inline Backend& backend_for(const Tensor& t) {
   return backend_for(t.device().type());
@@ -337,8 +337,6 @@ inline Backend& backend_for(const Tensor& t) {
 
 // Each backend library defines its own; they return a process-lifetime singleton.
 Backend* cpu_backend();
-#if GRADUS_HAS_CUDA
-Backend* cuda_backend();  // also registers the CUDA allocator and device-count hook
-#endif
+Backend* cuda_backend();  // in the CUDA module only; also registers the CUDA allocator
 
 }  // namespace gradus::backend

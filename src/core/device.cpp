@@ -2,19 +2,13 @@
 
 #include <charconv>
 
+#include "gradus/core/cuda.h"
 #include "gradus/core/error.h"
 
 namespace gradus {
-namespace {
-int (*g_cuda_count_hook)() = nullptr;
-}
-
-void set_cuda_device_count_hook(int (*hook)()) {
-  g_cuda_count_hook = hook;
-}
 
 int cuda_device_count() {
-  return g_cuda_count_hook ? g_cuda_count_hook() : 0;
+  return cuda::device_count();
 }
 
 Device Device::best() {

@@ -1,5 +1,6 @@
 #include "gradus/core/storage.h"
 
+#include "core/cuda_module.h"
 #include "gradus/core/error.h"
 
 namespace gradus {
@@ -17,9 +18,11 @@ void register_allocator(DeviceType type, Allocator* allocator) {
 Allocator* allocator_for(DeviceType type) {
   Allocator* a = g_allocators[static_cast<int>(type)];
   if (a == nullptr && type == DeviceType::CPU) return default_host_allocator();
-  GRADUS_CHECK(a != nullptr, DeviceError, "no allocator for device type ",
-               type == DeviceType::CUDA ? "cuda" : "cpu",
-               ": this build of gradus has no CUDA backend (configure with GRADUS_USE_CUDA=ON)");
+  if (a == nullptr && cuda::detail::module() != nullptr) {  // loading it registered the allocator
+    a = g_allocators[static_cast<int>(type)];
+  }
+  GRADUS_CHECK(a != nullptr, DeviceError,
+               "no allocator for device type cuda: ", cuda::backend_status());
   return a;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "gradus/dist/process_group.h"
 
@@ -9,8 +10,9 @@ namespace gradus::dist::detail {
 
 class MpiEngine;
 
-// The collectives on CUDA tensors (NCCL). Built only with the CUDA backend; make_nccl_backend()
-// returns nullptr otherwise.
+// The collectives on CUDA tensors (NCCL), in the run-time module libgradus_dist_nccl.so
+// (src/dist/nccl/); make_nccl_backend() returns nullptr when it is absent or cannot load, and
+// nccl_status() says why.
 class NcclBackend {
  public:
   virtual ~NcclBackend() = default;
@@ -28,6 +30,7 @@ class NcclBackend {
 // Creates the NCCL communicator of the world on first use: rank 0's unique id is broadcast
 // through `bootstrap` (MPI), then every rank joins on its current CUDA device.
 std::unique_ptr<NcclBackend> make_nccl_backend(ProcessGroup& bootstrap, const World& world);
+std::string nccl_status();
 
 std::shared_ptr<ProcessGroup> make_world_group(const World& world, const InitOptions& options);
 // The running MPI engine; throws DistError after finalize().

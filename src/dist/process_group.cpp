@@ -221,8 +221,7 @@ class MpiGroup final : public ProcessGroup {
   NcclBackend& nccl() {
     // A sub-group gets its own NCCL communicator, bootstrapped through its own MPI one.
     std::call_once(nccl_once_, [&] { nccl_ = make_nccl_backend(*this, nccl_world_); });
-    GRADUS_CHECK(nccl_ != nullptr, DeviceError,
-                 "dist: CUDA tensors need NCCL, and this build of gradus has no CUDA backend");
+    GRADUS_CHECK(nccl_ != nullptr, DeviceError, "dist: CUDA tensors need NCCL: ", nccl_status());
     return *nccl_;
   }
 

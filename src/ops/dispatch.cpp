@@ -1,38 +1,31 @@
-// The backend registry. gradus::autograd links every backend built and registers them before the
-// first op runs (a static initialiser here, plus a lazy check in backend_for).
+// The backend registry. The CPU backend is linked in and registered before the first op runs (a
+// static initialiser here, plus a lazy check in backend_for); the CUDA backend is the run-time
+// module of src/core/cuda_module.h, loaded when CUDA is first asked for.
 #include "backend/backend.h"
-#include "gradus/core/profiling.h"
+#include "core/cuda_module.h"
 
 namespace gradus::backend {
-#if GRADUS_HAS_CUDA
-profiling::DeviceTimer* cuda_device_timer();  // src/backend/cuda/profiler_timer.cpp
-#endif
 namespace {
 
-Backend* g_backends[2] = {nullptr, nullptr};
+Backend* g_cpu = nullptr;
 
-bool register_all() {
-  g_backends[static_cast<int>(DeviceType::CPU)] = cpu_backend();
-#if GRADUS_HAS_CUDA
-  g_backends[static_cast<int>(DeviceType::CUDA)] = cuda_backend();
-  profiling::set_device_timer(cuda_device_timer());  // the profiler's GPU time
-#endif
+bool register_cpu() {
+  g_cpu = cpu_backend();
   return true;
 }
 
-const bool g_registered = register_all();
+const bool g_registered = register_cpu();
 
 }  // namespace
 
 Backend& backend_for(DeviceType type) {
-  static const bool once = g_registered || register_all();
+  static const bool once = g_registered || register_cpu();
   (void)once;
-  Backend* b = g_backends[static_cast<int>(type)];
-  GRADUS_CHECK(b != nullptr, DeviceError, "no backend for device type '",
-               type == DeviceType::CUDA ? "cuda" : "cpu",
-               "': this build of gradus has no CUDA backend (rebuild with GRADUS_USE_CUDA=ON on a "
-               "machine with the CUDA toolkit)");
-  return *b;
+  if (type == DeviceType::CPU) return *g_cpu;
+  cuda::detail::Module* m = cuda::detail::module();
+  GRADUS_CHECK(m != nullptr, DeviceError,
+               "no backend for device type 'cuda': ", cuda::backend_status());
+  return *m->backend();
 }
 
 }  // namespace gradus::backend

@@ -1,9 +1,9 @@
 // The CUDA runtime as gradus exposes it: devices and their properties, memory statistics of the
 // stream-ordered pool allocator, streams and events, pinned host memory, TF32 control.
 //
-// Always includable. In a build with the CUDA backend (gradus::gradus then defines
-// GRADUS_HAS_CUDA=1) these are real; in a CPU-only build they are inline stand-ins: no devices,
-// zero statistics, and the calls that need a device throw DeviceError.
+// The CUDA backend is a module gradus loads at run time (libgradus_backend_cuda.so, see
+// backend_status()). Without it, or without a driver or GPU, there are no devices: statistics are
+// zero, and the calls that need a device throw DeviceError naming why there is none.
 #pragma once
 
 #include <cstddef>
@@ -65,10 +65,12 @@ struct MemoryStats {
 // cudaStream_t / cudaEvent_t without including CUDA headers.
 using StreamHandle = void*;
 
-#if GRADUS_HAS_CUDA
+// "loaded from PATH" when the CUDA backend module is loaded, else why it is not (not built, not
+// found, or its CUDA libraries missing: the loader's message). Loads it if not yet tried.
+std::string backend_status();
+bool backend_loaded();
 
-inline constexpr bool kBuiltWithCuda = true;
-int device_count();  // 0 without a driver or GPU; never throws
+int device_count();  // 0 without the module, a driver or a GPU; never throws
 inline bool is_available() {
   return device_count() > 0;
 }
@@ -90,10 +92,12 @@ bool allow_tf32();
 // The stream every kernel of a device runs on, and a second one for input prefetch.
 StreamHandle current_stream(int device = -1);
 StreamHandle copy_stream(int device = -1);
-// Makes `stream` the device's compute stream (nullptr restores the default one).
+// Makes `stream` the calling thread's current stream on the device (nullptr restores the
+// device's compute stream). Other threads are not affected.
 void set_current_stream(StreamHandle stream, int device = -1);
 
-// Runs the enclosed ops on another stream of the device (e.g. copy_stream()).
+// Runs the enclosed ops of this thread on another stream of the device (e.g. copy_stream()).
+// Without a CUDA device it does nothing.
 class StreamGuard {
  public:
   StreamGuard(StreamHandle stream, int device = -1);
@@ -102,8 +106,8 @@ class StreamGuard {
   StreamGuard& operator=(const StreamGuard&) = delete;
 
  private:
-  int device_;
-  StreamHandle previous_;
+  int device_ = -1;  // -1: no module, nothing to restore
+  StreamHandle previous_ = nullptr;
 };
 
 // Marks t's memory as used by work queued on `stream`, a stream other than the one it was
@@ -112,7 +116,7 @@ class StreamGuard {
 // that work (e.g. a copy on copy_stream() into a tensor the compute stream allocated).
 void record_stream(const Tensor& t, StreamHandle stream);
 
-// A CUDA event (timing enabled).
+// A CUDA event (timing enabled). Constructing one without a CUDA device throws DeviceError.
 class Event {
  public:
   explicit Event(int device = -1);
@@ -130,7 +134,8 @@ class Event {
   void* event_ = nullptr;
 };
 
-// Page-locked host memory (fast, asynchronous transfers).
+// Page-locked host memory (fast, asynchronous transfers). alloc_pinned throws DeviceError
+// without a CUDA device; is_pinned is then false.
 void* alloc_pinned(size_t nbytes);
 void free_pinned(void* ptr);
 bool is_pinned(const void* ptr);
@@ -141,78 +146,5 @@ bool is_pinned(const void* ptr);
 // writes a fresh tensor, make it wait for an Event recorded on the current stream, and make the
 // current stream wait for the copy before using or freeing the tensor.
 void copy_from_host_async(const void* host, const Tensor& dst, StreamHandle stream = nullptr);
-
-#else  // CPU-only build: no devices.
-
-inline constexpr bool kBuiltWithCuda = false;
-namespace detail {
-[[noreturn]] inline void no_cuda(const char* what) {
-  throw DeviceError(std::string(what) +
-                    ": this build of gradus has no CUDA backend (configure with "
-                    "-DGRADUS_USE_CUDA=ON on a machine with the CUDA toolkit)");
-}
-}  // namespace detail
-inline int device_count() {
-  return 0;
-}
-inline bool is_available() {
-  return false;
-}
-inline int current_device() {
-  return 0;
-}
-inline void set_device(int) {
-  detail::no_cuda("cuda::set_device");
-}
-inline DeviceProperties device_properties(int = -1) {
-  detail::no_cuda("cuda::device_properties");
-}
-inline void synchronize(int = -1) {}
-inline MemoryStats memory_stats(int = -1) {
-  return {};
-}
-inline void reset_peak_memory_stats(int = -1) {}
-inline void empty_cache(int = -1) {}
-inline void set_allow_tf32(bool) {}
-inline bool allow_tf32() {
-  return false;
-}
-inline StreamHandle current_stream(int = -1) {
-  return nullptr;
-}
-inline StreamHandle copy_stream(int = -1) {
-  return nullptr;
-}
-inline void set_current_stream(StreamHandle, int = -1) {}
-inline void record_stream(const Tensor&, StreamHandle) {}
-inline void* alloc_pinned(size_t) {
-  detail::no_cuda("cuda::alloc_pinned");
-}
-inline void free_pinned(void*) {}
-inline bool is_pinned(const void*) {
-  return false;
-}
-inline void copy_from_host_async(const void*, const Tensor&, StreamHandle = nullptr) {
-  detail::no_cuda("cuda::copy_from_host_async");
-}
-class StreamGuard {
- public:
-  explicit StreamGuard(StreamHandle, int = -1) {}
-  StreamGuard(const StreamGuard&) = delete;
-  StreamGuard& operator=(const StreamGuard&) = delete;
-};
-class Event {
- public:
-  explicit Event(int = -1) { detail::no_cuda("cuda::Event"); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  void record(StreamHandle = nullptr) {}
-  void wait(StreamHandle = nullptr) const {}
-  void synchronize() const {}
-  bool query() const { return true; }
-  float elapsed_ms(const Event&) const { return 0; }
-};
-
-#endif
 
 }  // namespace gradus::cuda

@@ -1,19 +1,13 @@
-// Versions of the NVIDIA libraries the CUDA backend was linked with, for `gradus info`. (NCCL's
-// is dist::nccl_version(), beside the engine that uses it.)
+// Versions of the NVIDIA libraries the CUDA backend module was linked with, for `gradus info`.
+// (NCCL's is dist::nccl_version(), beside the engine that uses it.)
 #pragma once
 
 #include <string>
 
 namespace gradus::cuda {
 
-#if GRADUS_HAS_CUDA
 // "cuDNN 9.1.0" from cudnnGetVersion() (the library loaded, not the header built against);
-// "not built (cuDNN was not found at configure time)" when the backend has no cuDNN.
+// "not built (...)" when the module has no cuDNN, or why there is no CUDA backend module.
 std::string cudnn_version();
-#else
-inline std::string cudnn_version() {
-  return "not built (no CUDA backend)";
-}
-#endif
 
 }  // namespace gradus::cuda

@@ -34,9 +34,8 @@ class Device {
   int index_ = 0;
 };
 
-// Number of CUDA devices visible (0 in a build without CUDA or on a machine without a GPU).
+// Number of CUDA devices visible (0 without the CUDA backend module, a driver or a GPU); the
+// same as cuda::device_count().
 int cuda_device_count();
-// The CUDA backend installs the real query when it is linked in; without it the count is 0.
-void set_cuda_device_count_hook(int (*hook)());
 
 }  // namespace gradus

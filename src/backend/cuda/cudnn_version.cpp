@@ -1,13 +1,11 @@
-// cuda::cudnn_version (include/gradus/core/cuda_libraries.h).
+// The cuDNN version the module runs with (cuda::cudnn_version() in gradus/core/cuda_libraries.h).
 #include <string>
-
-#include "gradus/core/cuda_libraries.h"
 
 #if GRADUS_HAS_CUDNN
 #include <cudnn.h>
 #endif
 
-namespace gradus::cuda {
+namespace gradus::backend {
 
 std::string cudnn_version() {
 #if GRADUS_HAS_CUDNN
@@ -23,4 +21,4 @@ std::string cudnn_version() {
 #endif
 }
 
-}  // namespace gradus::cuda
+}  // namespace gradus::backend

@@ -359,12 +359,11 @@ void CudaBackend::copy_to_host(const Tensor& src, void* host) {
 
 namespace gradus::backend {
 
-// Registers the allocator and the device-count hook; touches no CUDA API (see file comment).
+// Registers the allocator; touches no CUDA API (see file comment).
 Backend* cuda_backend() {
   static Backend* const instance = [] {
     static cuda::CudaAllocator* allocator = new cuda::CudaAllocator();
     register_allocator(DeviceType::CUDA, allocator);
-    set_cuda_device_count_hook(&cuda::device_count);
     return static_cast<Backend*>(new cuda::CudaBackend());
   }();
   return instance;

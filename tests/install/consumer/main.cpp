@@ -1,4 +1,6 @@
-// Links against the installed package and checks a small computation end to end.
+// Links against the installed package and checks a small computation end to end, on whatever
+// device gradus finds (the CPU on a machine without a GPU or without the CUDA libraries).
+#include <gradus/core/cuda.h>
 #include <gradus/gradus.h>
 
 #include <cmath>
@@ -10,6 +12,9 @@ int main() {
   y.backward();
   const auto g = x.grad().to_vector<double>();
   const bool ok = std::abs(y.item() - 14.0) < 1e-6 && g[0] == 2.0 && g[1] == 4.0 && g[2] == 6.0;
+  std::printf("consumer: CUDA backend %s; %d CUDA device(s); default device %s\n",
+              gradus::cuda::backend_status().c_str(), gradus::cuda::device_count(),
+              gradus::Device::best().str().c_str());
   std::printf("consumer: y=%g grad=[%g, %g, %g] %s\n", y.item(), g[0], g[1], g[2],
               ok ? "ok" : "WRONG");
   return ok ? 0 : 1;

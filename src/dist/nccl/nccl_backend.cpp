@@ -3,10 +3,9 @@
 // values the compute stream produced without the host waiting; Work::wait() makes the current
 // stream wait for the communication's completion event. The Work keeps the tensors alive until
 // then, so their blocks cannot go back to the stream-ordered pool while NCCL still uses them.
-#include "dist/group_impl.h"
-
-#if GRADUS_HAS_CUDA
-
+//
+// Built as the run-time module libgradus_dist_nccl.so (src/dist/nccl_module.cpp loads it), so that
+// gradus_dist links neither NCCL nor the CUDA runtime.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -14,17 +13,10 @@
 #include <cstring>
 #include <thread>
 
+#include "dist/group_impl.h"
 #include "gradus/core/cuda.h"
 
 namespace gradus::dist {
-
-std::string nccl_version() {
-  int v = 0;
-  if (ncclGetVersion(&v) != ncclSuccess) return "unavailable";
-  return "NCCL " + std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) + "." +
-         std::to_string(v % 100);
-}
-
 namespace detail {
 namespace {
 
@@ -221,24 +213,21 @@ class Nccl final : public NcclBackend {
 
 }  // namespace
 
-std::unique_ptr<NcclBackend> make_nccl_backend(ProcessGroup& bootstrap, const World& world) {
-  return std::make_unique<Nccl>(bootstrap, world);
-}
-
 }  // namespace detail
 }  // namespace gradus::dist
 
-#else  // no CUDA backend in this build
-
-namespace gradus::dist {
-std::string nccl_version() {
-  return "not built (no CUDA backend)";
+// The module's entry points (src/dist/nccl_module.cpp).
+extern "C" gradus::dist::detail::NcclBackend* gradus_nccl_make_backend(
+    gradus::dist::ProcessGroup* bootstrap, const gradus::dist::World* world) {
+  return new gradus::dist::detail::Nccl(*bootstrap, *world);
 }
-namespace detail {
-std::unique_ptr<NcclBackend> make_nccl_backend(ProcessGroup&, const World&) {
-  return nullptr;
-}
-}  // namespace detail
-}  // namespace gradus::dist
 
-#endif
+extern "C" const char* gradus_nccl_version() {
+  static const std::string version = [] {
+    int v = 0;
+    if (ncclGetVersion(&v) != ncclSuccess) return std::string("unavailable");
+    return "NCCL " + std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) + "." +
+           std::to_string(v % 100);
+  }();
+  return version.c_str();
+}

@@ -1,13 +1,21 @@
-// The public gradus::cuda API (include/gradus/core/cuda.h) on top of the backend's runtime.
+// The module's entry point (src/core/cuda_module.h): the public gradus::cuda API of
+// include/gradus/core/cuda.h on top of the backend's runtime, which core forwards each call to.
+#include "backend/backend.h"
 #include "backend/cuda/runtime.h"
+#include "core/cuda_module.h"
 #include "gradus/core/cuda.h"
 #include "gradus/core/tensor.h"
 
+namespace gradus::backend {
+profiling::DeviceTimer* cuda_device_timer();  // profiler_timer.cpp
+std::string cudnn_version();                  // cudnn_version.cpp
+}  // namespace gradus::backend
+
 namespace gradus::cuda {
+namespace {
 
 namespace rt = backend::cuda;
 
-namespace {
 int resolve(int device) {
   if (device >= 0) return device;
   int current = 0;
@@ -17,22 +25,49 @@ int resolve(int device) {
   }
   return current;
 }
-}  // namespace
 
-int device_count() {
-  return rt::device_count();
-}
+class CudaModule final : public detail::Module {
+ public:
+  backend::Backend* backend() override { return backend::cuda_backend(); }
+  profiling::DeviceTimer* device_timer() override { return backend::cuda_device_timer(); }
+  std::string cudnn_version() override { return backend::cudnn_version(); }
+  int device_count() override { return rt::device_count(); }
+  int resolve(int device) override { return cuda::resolve(device); }
+  void set_device(int device) override;
+  DeviceProperties device_properties(int device) override;
+  void synchronize(int device) override;
+  MemoryStats memory_stats(int device) override;
+  void reset_peak_memory_stats(int device) override;
+  void empty_cache(int device) override;
+  void set_allow_tf32(bool allow) override { rt::set_tf32_allowed(allow); }
+  bool allow_tf32() override { return rt::tf32_allowed(); }
+  StreamHandle current_stream(int device) override { return rt::stream_of(cuda::resolve(device)); }
+  StreamHandle copy_stream(int device) override {
+    return rt::device_state(cuda::resolve(device)).copy_stream;
+  }
+  void set_current_stream(StreamHandle stream, int device) override {
+    rt::set_thread_stream(cuda::resolve(device), static_cast<cudaStream_t>(stream));
+  }
+  void record_stream(const Tensor& t, StreamHandle stream) override;
+  void* event_create(int device) override;
+  void event_destroy(void* event) override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+  void event_record(int device, void* event, StreamHandle stream) override;
+  void event_wait(int device, void* event, StreamHandle stream) override;
+  void event_synchronize(void* event) override;
+  bool event_query(void* event) override;
+  float event_elapsed_ms(void* start, void* end) override;
+  void* alloc_pinned(size_t nbytes) override;
+  void free_pinned(void* ptr) override { cudaFreeHost(ptr); }
+  bool is_pinned(const void* ptr) override;
+  void copy_from_host_async(const void* host, const Tensor& dst, StreamHandle stream) override;
+};
 
-int current_device() {
-  return resolve(-1);
-}
-
-void set_device(int device) {
+void CudaModule::set_device(int device) {
   rt::device_state(device);  // validates the index
   GRADUS_CUDA_CHECK("cuda::set_device", cudaSetDevice(device));
 }
 
-DeviceProperties device_properties(int device) {
+DeviceProperties CudaModule::device_properties(int device) {
   device = resolve(device);
   const rt::DeviceState& s = rt::device_state(device);
   const cudaDeviceProp& p = s.props;
@@ -77,14 +112,14 @@ DeviceProperties device_properties(int device) {
   return d;
 }
 
-void synchronize(int device) {
+void CudaModule::synchronize(int device) {
   device = resolve(device);
   rt::device_state(device);
   rt::DeviceGuard guard(device);
   GRADUS_CUDA_CHECK("cuda::synchronize", cudaDeviceSynchronize());
 }
 
-MemoryStats memory_stats(int device) {
+MemoryStats CudaModule::memory_stats(int device) {
   MemoryStats m;
   if (rt::device_count() == 0) return m;
   device = resolve(device);
@@ -105,7 +140,7 @@ MemoryStats memory_stats(int device) {
   return m;
 }
 
-void reset_peak_memory_stats(int device) {
+void CudaModule::reset_peak_memory_stats(int device) {
   if (rt::device_count() == 0) return;
   device = resolve(device);
   rt::DeviceState& s = rt::device_state(device);
@@ -115,7 +150,7 @@ void reset_peak_memory_stats(int device) {
                     cudaMemPoolSetAttribute(s.pool, cudaMemPoolAttrReservedMemHigh, &zero));
 }
 
-void empty_cache(int device) {
+void CudaModule::empty_cache(int device) {
   if (rt::device_count() == 0) return;
   device = resolve(device);
   rt::DeviceState& s = rt::device_state(device);
@@ -124,36 +159,7 @@ void empty_cache(int device) {
   GRADUS_CUDA_CHECK("cuda::empty_cache", cudaMemPoolTrimTo(s.pool, 0));
 }
 
-void set_allow_tf32(bool allow) {
-  rt::set_tf32_allowed(allow);
-}
-bool allow_tf32() {
-  return rt::tf32_allowed();
-}
-
-// ------------------------------------------------------------------------------- streams
-StreamHandle current_stream(int device) {
-  return rt::stream_of(resolve(device));
-}
-
-StreamHandle copy_stream(int device) {
-  return rt::device_state(resolve(device)).copy_stream;
-}
-
-void set_current_stream(StreamHandle stream, int device) {
-  rt::set_thread_stream(resolve(device), static_cast<cudaStream_t>(stream));
-}
-
-StreamGuard::StreamGuard(StreamHandle stream, int device)
-    : device_(resolve(device)), previous_(current_stream(device_)) {
-  set_current_stream(stream, device_);
-}
-
-StreamGuard::~StreamGuard() {
-  rt::set_thread_stream(device_, static_cast<cudaStream_t>(previous_));
-}
-
-void record_stream(const Tensor& t, StreamHandle stream) {
+void CudaModule::record_stream(const Tensor& t, StreamHandle stream) {
   GRADUS_CHECK(t.defined() && t.is_cuda(), DeviceError,
                "cuda::record_stream: the tensor must be a defined CUDA tensor");
   t.impl()->storage()->record_stream(stream != nullptr ? stream
@@ -161,38 +167,34 @@ void record_stream(const Tensor& t, StreamHandle stream) {
 }
 
 // ------------------------------------------------------------------------------- events
-Event::Event(int device) : device_(resolve(device)) {
-  rt::device_state(device_);
-  rt::DeviceGuard guard(device_);
+void* CudaModule::event_create(int device) {
+  rt::device_state(device);
+  rt::DeviceGuard guard(device);
   cudaEvent_t e = nullptr;
   GRADUS_CUDA_CHECK("cuda::Event", cudaEventCreate(&e));
-  event_ = e;
+  return e;
 }
 
-Event::~Event() {
-  if (event_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+void CudaModule::event_record(int device, void* event, StreamHandle stream) {
+  rt::DeviceGuard guard(device);
+  cudaStream_t s = stream != nullptr ? static_cast<cudaStream_t>(stream) : rt::stream_of(device);
+  GRADUS_CUDA_CHECK("cuda::Event::record", cudaEventRecord(static_cast<cudaEvent_t>(event), s));
 }
 
-void Event::record(StreamHandle stream) {
-  rt::DeviceGuard guard(device_);
-  cudaStream_t s = stream != nullptr ? static_cast<cudaStream_t>(stream) : rt::stream_of(device_);
-  GRADUS_CUDA_CHECK("cuda::Event::record", cudaEventRecord(static_cast<cudaEvent_t>(event_), s));
-}
-
-void Event::wait(StreamHandle stream) const {
-  rt::DeviceGuard guard(device_);
-  cudaStream_t s = stream != nullptr ? static_cast<cudaStream_t>(stream) : rt::stream_of(device_);
+void CudaModule::event_wait(int device, void* event, StreamHandle stream) {
+  rt::DeviceGuard guard(device);
+  cudaStream_t s = stream != nullptr ? static_cast<cudaStream_t>(stream) : rt::stream_of(device);
   GRADUS_CUDA_CHECK("cuda::Event::wait",
-                    cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(event_), 0));
+                    cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(event), 0));
 }
 
-void Event::synchronize() const {
+void CudaModule::event_synchronize(void* event) {
   GRADUS_CUDA_CHECK("cuda::Event::synchronize",
-                    cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
+                    cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
 }
 
-bool Event::query() const {
-  const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event_));
+bool CudaModule::event_query(void* event) {
+  const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
   if (err == cudaErrorNotReady) {
     cudaGetLastError();
     return false;
@@ -201,16 +203,16 @@ bool Event::query() const {
   return true;
 }
 
-float Event::elapsed_ms(const Event& end) const {
+float CudaModule::event_elapsed_ms(void* start, void* end) {
   float ms = 0;
-  GRADUS_CUDA_CHECK("cuda::Event::elapsed_ms",
-                    cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(event_),
-                                         static_cast<cudaEvent_t>(end.event_)));
+  GRADUS_CUDA_CHECK(
+      "cuda::Event::elapsed_ms",
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
   return ms;
 }
 
 // ------------------------------------------------------------------------------- pinned memory
-void* alloc_pinned(size_t nbytes) {
+void* CudaModule::alloc_pinned(size_t nbytes) {
   GRADUS_CHECK(rt::device_count() > 0, DeviceError,
                "cuda::alloc_pinned: no CUDA device (or driver) was found");
   if (nbytes == 0) return nullptr;
@@ -226,11 +228,7 @@ void* alloc_pinned(size_t nbytes) {
   return p;
 }
 
-void free_pinned(void* ptr) {
-  if (ptr != nullptr) cudaFreeHost(ptr);
-}
-
-bool is_pinned(const void* ptr) {
+bool CudaModule::is_pinned(const void* ptr) {
   if (ptr == nullptr || rt::device_count() == 0) return false;
   cudaPointerAttributes attr{};
   if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
@@ -240,7 +238,7 @@ bool is_pinned(const void* ptr) {
   return attr.type == cudaMemoryTypeHost;
 }
 
-void copy_from_host_async(const void* host, const Tensor& dst, StreamHandle stream) {
+void CudaModule::copy_from_host_async(const void* host, const Tensor& dst, StreamHandle stream) {
   GRADUS_CHECK(dst.is_cuda() && dst.is_contiguous(), ValueError,
                "cuda::copy_from_host_async: destination must be a contiguous CUDA tensor, got ",
                dst.device().str(), dst.is_contiguous() ? "" : " (non-contiguous)");
@@ -253,4 +251,10 @@ void copy_from_host_async(const void* host, const Tensor& dst, StreamHandle stre
                     cudaMemcpyAsync(dst.raw_data(), host, nbytes, cudaMemcpyHostToDevice, s));
 }
 
+}  // namespace
 }  // namespace gradus::cuda
+
+extern "C" gradus::cuda::detail::Module* gradus_cuda_module() {
+  static gradus::cuda::CudaModule* const module = new gradus::cuda::CudaModule;  // never destroyed
+  return module;
+}

@@ -1,0 +1,219 @@
+// Loads the CUDA backend module (src/core/cuda_module.h) and forwards the public gradus::cuda API
+// (gradus/core/cuda.h) to it. Without the module every call behaves as on a machine with no GPU.
+#include "core/cuda_module.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "gradus/core/cuda_libraries.h"
+#include "gradus/core/device.h"
+#include "gradus/core/profiling.h"
+
+namespace gradus::cuda {
+namespace detail {
+namespace {
+
+constexpr const char* kModuleFile = "libgradus_backend_cuda.so";
+
+struct Loaded {
+  Module* module = nullptr;
+  std::string status;
+};
+
+// The directory this library (libgradus_core) was loaded from, with a trailing '/'.
+std::string own_directory() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&own_directory), &info) == 0 || info.dli_fname == nullptr) {
+    return "";
+  }
+  const std::string path = info.dli_fname;
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
+}
+
+Loaded load() {
+  std::string path;
+  if (const char* env = std::getenv("GRADUS_CUDA_MODULE")) {
+    path = env;
+    if (path.empty() || path == "none")
+      return {nullptr, "disabled (GRADUS_CUDA_MODULE=" + path + ")"};
+  } else {
+    const std::string beside = own_directory() + kModuleFile;
+    // Beside libgradus_core, else wherever the dynamic loader finds it.
+    path = access(beside.c_str(), F_OK) == 0 ? beside : kModuleFile;
+  }
+  // RTLD_LOCAL: the module's CUDA symbols stay out of the global namespace.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* err = dlerror();
+    if (path == kModuleFile && access(path.c_str(), F_OK) != 0 &&
+        (err == nullptr || std::string(err).find(kModuleFile) != std::string::npos)) {
+      return {nullptr, std::string("not installed (no ") + kModuleFile + " beside " +
+                           own_directory() +
+                           "libgradus_core.so nor on the loader's path; "
+                           "build gradus with -DGRADUS_USE_CUDA=ON where the CUDA toolkit is)"};
+    }
+    return {nullptr, path + " did not load: " + (err != nullptr ? err : "unknown dlopen error")};
+  }
+  auto entry = reinterpret_cast<Module* (*)()>(dlsym(handle, "gradus_cuda_module"));
+  if (entry == nullptr) return {nullptr, path + " does not define gradus_cuda_module()"};
+  Module* m = entry();
+  if (m == nullptr || m->abi() != kModuleAbi) {
+    return {nullptr, path + " was built for another version of gradus (module ABI " +
+                         (m == nullptr ? std::string("?") : std::to_string(m->abi())) +
+                         ", expected " + std::to_string(kModuleAbi) + ")"};
+  }
+  // The handle stays open for the life of the process (the backend is a singleton in it).
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(entry), &info) != 0 && info.dli_fname != nullptr) {
+    path = info.dli_fname;
+  }
+  m->backend();  // registers the CUDA allocator (no CUDA call yet)
+  profiling::set_device_timer(m->device_timer());
+  return {m, "loaded from " + path};
+}
+
+const Loaded& loaded() {
+  static const Loaded l = load();
+  return l;
+}
+
+[[noreturn]] void no_cuda(const char* what) {
+  throw DeviceError(std::string(what) + ": no CUDA device (" + loaded().status + ")");
+}
+
+Module& require(const char* what) {
+  Module* m = loaded().module;
+  if (m == nullptr) no_cuda(what);
+  return *m;
+}
+
+}  // namespace
+
+Module* module() {
+  return loaded().module;
+}
+
+}  // namespace detail
+
+using detail::Module;
+using detail::module;
+using detail::require;
+
+std::string backend_status() {
+  return detail::loaded().status;
+}
+bool backend_loaded() {
+  return module() != nullptr;
+}
+std::string cudnn_version() {
+  Module* m = module();
+  return m != nullptr ? m->cudnn_version()
+                      : "not available (CUDA backend " + backend_status() + ")";
+}
+
+int device_count() {
+  Module* m = module();
+  return m != nullptr ? m->device_count() : 0;
+}
+int current_device() {
+  Module* m = module();
+  return m != nullptr ? m->resolve(-1) : 0;
+}
+void set_device(int device) {
+  require("cuda::set_device").set_device(device);
+}
+DeviceProperties device_properties(int device) {
+  return require("cuda::device_properties").device_properties(device);
+}
+void synchronize(int device) {
+  if (Module* m = module(); m != nullptr && m->device_count() > 0) m->synchronize(device);
+}
+MemoryStats memory_stats(int device) {
+  Module* m = module();
+  return m != nullptr ? m->memory_stats(device) : MemoryStats{};
+}
+void reset_peak_memory_stats(int device) {
+  if (Module* m = module()) m->reset_peak_memory_stats(device);
+}
+void empty_cache(int device) {
+  if (Module* m = module()) m->empty_cache(device);
+}
+void set_allow_tf32(bool allow) {
+  if (Module* m = module()) m->set_allow_tf32(allow);
+}
+bool allow_tf32() {
+  Module* m = module();
+  return m != nullptr && m->allow_tf32();
+}
+
+StreamHandle current_stream(int device) {
+  Module* m = module();
+  return m != nullptr && m->device_count() > 0 ? m->current_stream(device) : nullptr;
+}
+StreamHandle copy_stream(int device) {
+  Module* m = module();
+  return m != nullptr && m->device_count() > 0 ? m->copy_stream(device) : nullptr;
+}
+void set_current_stream(StreamHandle stream, int device) {
+  if (Module* m = module(); m != nullptr && m->device_count() > 0) {
+    m->set_current_stream(stream, device);
+  }
+}
+
+StreamGuard::StreamGuard(StreamHandle stream, int device) {
+  Module* m = module();
+  if (m == nullptr || m->device_count() == 0) return;
+  device_ = m->resolve(device);
+  previous_ = m->current_stream(device_);
+  m->set_current_stream(stream, device_);
+}
+StreamGuard::~StreamGuard() {
+  if (device_ >= 0) module()->set_current_stream(previous_, device_);
+}
+
+void record_stream(const Tensor& t, StreamHandle stream) {
+  if (Module* m = module()) m->record_stream(t, stream);
+}
+
+Event::Event(int device) : device_(require("cuda::Event").resolve(device)) {
+  event_ = module()->event_create(device_);
+}
+Event::~Event() {
+  if (event_ != nullptr) module()->event_destroy(event_);
+}
+void Event::record(StreamHandle stream) {
+  module()->event_record(device_, event_, stream);
+}
+void Event::wait(StreamHandle stream) const {
+  module()->event_wait(device_, event_, stream);
+}
+void Event::synchronize() const {
+  module()->event_synchronize(event_);
+}
+bool Event::query() const {
+  return module()->event_query(event_);
+}
+float Event::elapsed_ms(const Event& end) const {
+  return module()->event_elapsed_ms(event_, end.event_);
+}
+
+void* alloc_pinned(size_t nbytes) {
+  return require("cuda::alloc_pinned").alloc_pinned(nbytes);
+}
+void free_pinned(void* ptr) {
+  if (ptr != nullptr) require("cuda::free_pinned").free_pinned(ptr);
+}
+bool is_pinned(const void* ptr) {
+  Module* m = module();
+  return m != nullptr && m->is_pinned(ptr);
+}
+void copy_from_host_async(const void* host, const Tensor& dst, StreamHandle stream) {
+  require("cuda::copy_from_host_async").copy_from_host_async(host, dst, stream);
+}
+
+}  // namespace gradus::cuda

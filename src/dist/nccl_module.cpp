@@ -1,0 +1,89 @@
+// The NCCL engine for CUDA tensors is a run-time module, libgradus_dist_nccl.so, built with the
+// CUDA backend module and installed beside it: gradus_dist itself links neither NCCL nor the CUDA
+// runtime, so a CPU-only program using gradus::dist starts where they are absent. It is loaded
+// the first time a group communicates a CUDA tensor (which needs the CUDA backend module loaded
+// already, for the tensor to exist).
+#include <dlfcn.h>
+
+#include <string>
+
+#include "dist/group_impl.h"
+#include "gradus/core/cuda.h"
+
+extern "C" {
+using NcclMakeFn = gradus::dist::detail::NcclBackend* (*)(gradus::dist::ProcessGroup*,
+                                                          const gradus::dist::World*);
+using NcclVersionFn = const char* (*)();
+}
+
+namespace gradus::dist {
+namespace detail {
+namespace {
+
+constexpr const char* kModuleFile = "libgradus_dist_nccl.so";
+
+struct NcclModule {
+  NcclMakeFn make = nullptr;
+  NcclVersionFn version = nullptr;
+  std::string status;
+};
+
+std::string own_directory() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&own_directory), &info) == 0 || info.dli_fname == nullptr) {
+    return "";
+  }
+  const std::string path = info.dli_fname;
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
+}
+
+NcclModule load() {
+  if (!cuda::backend_loaded()) {
+    return {nullptr, nullptr, "CUDA backend " + cuda::backend_status()};
+  }
+  std::string why;
+  for (const std::string& candidate : {own_directory() + kModuleFile, std::string(kModuleFile)}) {
+    void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* err = dlerror();
+      const std::string e = err != nullptr ? err : "unknown dlopen error";
+      if (why.empty() || e.find("No such file") == std::string::npos) why = e;
+      continue;
+    }
+    auto make = reinterpret_cast<NcclMakeFn>(dlsym(handle, "gradus_nccl_make_backend"));
+    auto version = reinterpret_cast<NcclVersionFn>(dlsym(handle, "gradus_nccl_version"));
+    if (make == nullptr || version == nullptr) {
+      why = candidate + " lacks gradus_nccl_make_backend / gradus_nccl_version";
+      continue;
+    }
+    return {make, version, "loaded from " + candidate};
+  }
+  return {nullptr, nullptr, "no NCCL module: " + why};
+}
+
+const NcclModule& nccl_module() {
+  static const NcclModule m = load();
+  return m;
+}
+
+}  // namespace
+
+std::unique_ptr<NcclBackend> make_nccl_backend(ProcessGroup& bootstrap, const World& world) {
+  const NcclModule& m = nccl_module();
+  if (m.make == nullptr) return nullptr;
+  return std::unique_ptr<NcclBackend>(m.make(&bootstrap, &world));
+}
+
+std::string nccl_status() {
+  return nccl_module().status;
+}
+
+}  // namespace detail
+
+std::string nccl_version() {
+  const detail::NcclModule& m = detail::nccl_module();
+  return m.version != nullptr ? std::string(m.version()) : "not available (" + m.status + ")";
+}
+
+}  // namespace gradus::dist
