@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -30,7 +31,9 @@ std::string own_directory() {
   if (dladdr(reinterpret_cast<void*>(&own_directory), &info) == 0 || info.dli_fname == nullptr) {
     return "";
   }
-  const std::string path = info.dli_fname;
+  char resolved[PATH_MAX];
+  const std::string path =
+      realpath(info.dli_fname, resolved) != nullptr ? resolved : info.dli_fname;
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? "" : path.substr(0, slash + 1);
 }
@@ -69,8 +72,9 @@ Loaded load() {
   }
   // The handle stays open for the life of the process (the backend is a singleton in it).
   Dl_info info{};
+  char resolved[PATH_MAX];
   if (dladdr(reinterpret_cast<void*>(entry), &info) != 0 && info.dli_fname != nullptr) {
-    path = info.dli_fname;
+    path = realpath(info.dli_fname, resolved) != nullptr ? resolved : info.dli_fname;
   }
   m->backend();  // registers the CUDA allocator (no CUDA call yet)
   profiling::set_device_timer(m->device_timer());

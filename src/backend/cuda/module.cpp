@@ -220,7 +220,7 @@ void* CudaModule::alloc_pinned(size_t nbytes) {
   const cudaError_t err = cudaHostAlloc(&p, nbytes, cudaHostAllocPortable);
   if (err == cudaErrorMemoryAllocation) {
     cudaGetLastError();
-    throw OutOfMemoryError(detail::str_cat("cuda::alloc_pinned: cannot pin ", nbytes,
+    throw OutOfMemoryError(gradus::detail::str_cat("cuda::alloc_pinned: cannot pin ", nbytes,
                                            " bytes of host memory (hint: a smaller "
                                            "DataLoaderOptions::prefetch or --batch-size)"));
   }
