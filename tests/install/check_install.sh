@@ -54,7 +54,17 @@ fi
 # Hide the toolkit (and its libraries, which ld.so.conf may list) from everything below.
 export -f build_and_run cuda_needed
 export work source_dir cuda_root
-unshare -m bash -c '
+# A private mount namespace: as root, or else inside a user namespace where we are root.
+if unshare -m true 2>/dev/null; then
+  hide=(unshare -m)
+elif unshare -rm true 2>/dev/null; then
+  hide=(unshare -rm)
+else
+  echo "FAIL: cannot hide the CUDA toolkit here: neither 'unshare -m' (needs root) nor"
+  echo "      'unshare -rm' (needs user namespaces) is permitted"
+  exit 1
+fi
+"${hide[@]}" bash -c '
   set -euo pipefail
   mount -t tmpfs none "$cuda_root"
   if command -v nvcc >/dev/null 2>&1 && nvcc --version >/dev/null 2>&1; then
@@ -62,6 +72,5 @@ unshare -m bash -c '
   fi
   echo "install: $cuda_root hidden"
   build_and_run "$work/consumer-nocuda"
-' || { echo "FAIL: the consumer did not configure, build or run with the CUDA toolkit hidden \
-(unshare -m needs root)"; exit 1; }
+' || { echo "FAIL: the consumer did not configure, build or run with the CUDA toolkit hidden"; exit 1; }
 echo "install: consumer without CUDA ok"
