@@ -25,19 +25,6 @@ struct Loaded {
   std::string status;
 };
 
-// The directory this library (libgradus_core) was loaded from, with a trailing '/'.
-std::string own_directory() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&own_directory), &info) == 0 || info.dli_fname == nullptr) {
-    return "";
-  }
-  char resolved[PATH_MAX];
-  const std::string path =
-      realpath(info.dli_fname, resolved) != nullptr ? resolved : info.dli_fname;
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
-}
-
 Loaded load() {
   std::string path;
   if (const char* env = std::getenv("GRADUS_CUDA_MODULE")) {
@@ -45,7 +32,7 @@ Loaded load() {
     if (path.empty() || path == "none")
       return {nullptr, "disabled (GRADUS_CUDA_MODULE=" + path + ")"};
   } else {
-    const std::string beside = own_directory() + kModuleFile;
+    const std::string beside = library_directory(reinterpret_cast<void*>(&load)) + kModuleFile;
     // Beside libgradus_core, else wherever the dynamic loader finds it.
     path = access(beside.c_str(), F_OK) == 0 ? beside : kModuleFile;
   }
@@ -56,7 +43,7 @@ Loaded load() {
     if (path == kModuleFile && access(path.c_str(), F_OK) != 0 &&
         (err == nullptr || std::string(err).find(kModuleFile) != std::string::npos)) {
       return {nullptr, std::string("not installed (no ") + kModuleFile + " beside " +
-                           own_directory() +
+                           library_directory(reinterpret_cast<void*>(&load)) +
                            "libgradus_core.so nor on the loader's path; "
                            "build gradus with -DGRADUS_USE_CUDA=ON where the CUDA toolkit is)"};
     }
@@ -100,6 +87,16 @@ Module& require(const char* what) {
 
 Module* module() {
   return loaded().module;
+}
+
+std::string library_directory(const void* code) {
+  Dl_info info{};
+  if (dladdr(code, &info) == 0 || info.dli_fname == nullptr) return "";
+  char resolved[PATH_MAX];
+  const std::string path =
+      realpath(info.dli_fname, resolved) != nullptr ? resolved : info.dli_fname;
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
 }
 
 }  // namespace detail

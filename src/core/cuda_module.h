@@ -74,6 +74,10 @@ class Module {
 // The loaded module; loads it on the first call (thread-safe). nullptr when there is none.
 Module* module();
 
+// The directory (with a trailing '/') of the shared library containing `code`, a function of it:
+// where gradus looks for its run-time modules. "" when unknown (a static build).
+std::string library_directory(const void* code);
+
 }  // namespace gradus::cuda::detail
 
 // The symbol the module defines.

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "core/cuda_module.h"
 #include "dist/group_impl.h"
 #include "gradus/core/cuda.h"
 
@@ -28,22 +29,14 @@ struct NcclModule {
   std::string status;
 };
 
-std::string own_directory() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&own_directory), &info) == 0 || info.dli_fname == nullptr) {
-    return "";
-  }
-  const std::string path = info.dli_fname;
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
-}
-
 NcclModule load() {
   if (!cuda::backend_loaded()) {
     return {nullptr, nullptr, "CUDA backend " + cuda::backend_status()};
   }
   std::string why;
-  for (const std::string& candidate : {own_directory() + kModuleFile, std::string(kModuleFile)}) {
+  const std::string beside =
+      cuda::detail::library_directory(reinterpret_cast<void*>(&make_nccl_backend)) + kModuleFile;
+  for (const std::string& candidate : {beside, std::string(kModuleFile)}) {
     void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       const char* err = dlerror();
