@@ -181,32 +181,14 @@ void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& out, const GemmA
     if (args.bias != nullptr || args.activation != Activation::none) epilogue<T>(out, args);
     return;
   }
-  // A bias on a plain row-major output is written first and accumulated onto (beta = 1): one
-  // pass instead of OpenBLAS zeroing C for beta = 0 and the epilogue reading it back to add it.
-  GemmArgs rest = args;
-  T beta_c = beta;
-  if (args.bias != nullptr && beta == T(0) && !mo.transposed && vo.cs == 1 &&
-      args.bias->stride(0) == 1) {
-    const T* bias = static_cast<const T*>(args.bias->raw_data());
-    parallel_for(batch * m, std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1)),
-                 [&](int64_t r0, int64_t r1) {
-                   for (int64_t r = r0; r < r1; ++r) {
-                     T* row = pc + (r / m) * vo.bs + (r % m) * ldc;
-#pragma omp simd
-                     for (int64_t j = 0; j < n; ++j) row[j] = bias[j];
-                   }
-                 });
-    beta_c = T(1);
-    rest.bias = nullptr;
-  }
   auto one = [&](int64_t i) {
     const T* ai = pa + i * abs;
     const T* bi = pb + i * bbs;
     T* ci = pc + i * vo.bs;
     if (!mo.transposed) {
-      threaded_gemm<T>(ta, tb, m, n, k, alpha, ai, lda, bi, ldb, beta_c, ci, ldc);
+      threaded_gemm<T>(ta, tb, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
     } else {  // column-major out: C^T = op(B)^T op(A)^T
-      threaded_gemm<T>(!tb, !ta, n, m, k, alpha, bi, ldb, ai, lda, beta_c, ci, ldc);
+      threaded_gemm<T>(!tb, !ta, n, m, k, alpha, bi, ldb, ai, lda, beta, ci, ldc);
     }
   };
   if (batch > 1 && m * n * k <= kSmallGemm && omp_get_max_threads() > 1 && !omp_in_parallel()) {
@@ -215,7 +197,7 @@ void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& out, const GemmA
   } else {
     for (int64_t i = 0; i < batch; ++i) one(i);
   }
-  if (rest.bias != nullptr || rest.activation != Activation::none) epilogue<T>(out, rest);
+  if (args.bias != nullptr || args.activation != Activation::none) epilogue<T>(out, args);
 }
 
 }  // namespace
@@ -257,6 +239,18 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& out, const
     gemm(a, b, tmp, args);
     copy(tmp, out);
     return;
+  }
+  if (args.bias != nullptr && args.beta == 0.0) {
+    // The bias is copied (broadcast over the rows) into the output first and the product
+    // accumulated onto it (beta = 1): one pass instead of BLAS zeroing C for beta = 0 and the
+    // epilogue reading it back to add the bias.
+    Shape strides(static_cast<size_t>(out.dim()), 0);
+    strides.back() = args.bias->stride(0);
+    copy(args.bias->as_strided_raw(out.sizes(), strides, args.bias->offset()), out);
+    GemmArgs accumulate = args;
+    accumulate.bias = nullptr;
+    accumulate.beta = 1.0;
+    return gemm(a, b, out, accumulate);
   }
   if (dt == DType::f64) return gemm_typed<double>(a, b, out, args);
   gemm_typed<float>(a, b, out, args);
