@@ -3,11 +3,11 @@
 #include "core/cuda_module.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <unistd.h>
 
 #include <climits>
 #include <cstdlib>
-#include <mutex>
 #include <string>
 
 #include "gradus/core/cuda_libraries.h"
@@ -20,48 +20,44 @@ namespace {
 
 constexpr const char* kModuleFile = "libgradus_backend_cuda.so";
 
+std::string resolved_path(const char* path) {
+  char resolved[PATH_MAX];
+  return realpath(path, resolved) != nullptr ? resolved : path;
+}
+
 struct Loaded {
   Module* module = nullptr;
   std::string status;
 };
 
 Loaded load() {
-  std::string path;
+  OpenedModule opened;
   if (const char* env = std::getenv("GRADUS_CUDA_MODULE")) {
-    path = env;
-    if (path.empty() || path == "none")
-      return {nullptr, "disabled (GRADUS_CUDA_MODULE=" + path + ")"};
-  } else {
-    const std::string beside = library_directory(reinterpret_cast<void*>(&load)) + kModuleFile;
-    // Beside libgradus_core, else wherever the dynamic loader finds it.
-    path = access(beside.c_str(), F_OK) == 0 ? beside : kModuleFile;
+    const std::string chosen = env;
+    if (chosen.empty() || chosen == "none") {
+      return {nullptr, "disabled (GRADUS_CUDA_MODULE=" + chosen + ")"};
+    }
+    opened = open_module(chosen, "");
+  } else {  // beside libgradus_core, else wherever the dynamic loader finds it
+    opened = open_module(kModuleFile, library_directory(reinterpret_cast<void*>(&load)));
   }
-  // RTLD_LOCAL: the module's CUDA symbols stay out of the global namespace.
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* err = dlerror();
-    if (path == kModuleFile && access(path.c_str(), F_OK) != 0 &&
-        (err == nullptr || std::string(err).find(kModuleFile) != std::string::npos)) {
+  const std::string& path = opened.path;
+  if (opened.handle == nullptr) {
+    if (opened.missing) {
       return {nullptr, std::string("not installed (no ") + kModuleFile + " beside " +
                            library_directory(reinterpret_cast<void*>(&load)) +
                            "libgradus_core.so nor on the loader's path; "
                            "build gradus with -DGRADUS_USE_CUDA=ON where the CUDA toolkit is)"};
     }
-    return {nullptr, path + " did not load: " + (err != nullptr ? err : "unknown dlopen error")};
+    return {nullptr, path + " did not load: " + opened.error};
   }
-  auto entry = reinterpret_cast<Module* (*)()>(dlsym(handle, "gradus_cuda_module"));
+  auto entry = reinterpret_cast<Module* (*)()>(dlsym(opened.handle, "gradus_cuda_module"));
   if (entry == nullptr) return {nullptr, path + " does not define gradus_cuda_module()"};
   Module* m = entry();
   if (m == nullptr || m->abi() != kModuleAbi) {
     return {nullptr, path + " was built for another version of gradus (module ABI " +
                          (m == nullptr ? std::string("?") : std::to_string(m->abi())) +
                          ", expected " + std::to_string(kModuleAbi) + ")"};
-  }
-  // The handle stays open for the life of the process (the backend is a singleton in it).
-  Dl_info info{};
-  char resolved[PATH_MAX];
-  if (dladdr(reinterpret_cast<void*>(entry), &info) != 0 && info.dli_fname != nullptr) {
-    path = realpath(info.dli_fname, resolved) != nullptr ? resolved : info.dli_fname;
   }
   m->backend();  // registers the CUDA allocator (no CUDA call yet)
   profiling::set_device_timer(m->device_timer());
@@ -92,11 +88,28 @@ Module* module() {
 std::string library_directory(const void* code) {
   Dl_info info{};
   if (dladdr(code, &info) == 0 || info.dli_fname == nullptr) return "";
-  char resolved[PATH_MAX];
-  const std::string path =
-      realpath(info.dli_fname, resolved) != nullptr ? resolved : info.dli_fname;
+  const std::string path = resolved_path(info.dli_fname);
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? "" : path.substr(0, slash + 1);
+}
+
+OpenedModule open_module(const std::string& file, const std::string& directory) {
+  OpenedModule m;
+  const std::string beside = directory + file;
+  m.path = !directory.empty() && access(beside.c_str(), F_OK) == 0 ? beside : file;
+  m.handle = dlopen(m.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (m.handle == nullptr) {
+    const char* err = dlerror();
+    m.error = err != nullptr ? err : "unknown dlopen error";
+    // The loader names the file it could not find; a missing dependency names that instead.
+    m.missing = m.path.find('/') == std::string::npos && m.error.find(m.path) != std::string::npos;
+    return m;
+  }
+  const link_map* map = nullptr;
+  if (dlinfo(m.handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr) {
+    m.path = resolved_path(map->l_name);
+  }
+  return m;
 }
 
 }  // namespace detail

@@ -78,6 +78,17 @@ Module* module();
 // where gradus looks for its run-time modules. "" when unknown (a static build).
 std::string library_directory(const void* code);
 
+// A run-time module (this one, or gradus_dist's NCCL engine) opened with dlopen (RTLD_NOW |
+// RTLD_LOCAL; the handle is never closed): `directory` + `file` if that file exists, else `file`
+// as the loader finds it (a bare name on its search path, or a path as given).
+struct OpenedModule {
+  void* handle = nullptr;
+  std::string path;      // what was opened (resolved) or tried
+  std::string error;     // the loader's message when handle is null
+  bool missing = false;  // a bare name the loader found nowhere
+};
+OpenedModule open_module(const std::string& file, const std::string& directory);
+
 }  // namespace gradus::cuda::detail
 
 // The symbol the module defines.

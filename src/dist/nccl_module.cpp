@@ -33,26 +33,21 @@ NcclModule load() {
   if (!cuda::backend_loaded()) {
     return {nullptr, nullptr, "CUDA backend " + cuda::backend_status()};
   }
-  std::string why;
-  const std::string beside =
-      cuda::detail::library_directory(reinterpret_cast<void*>(&make_nccl_backend)) + kModuleFile;
-  for (const std::string& candidate : {beside, std::string(kModuleFile)}) {
-    void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      const char* err = dlerror();
-      const std::string e = err != nullptr ? err : "unknown dlopen error";
-      if (why.empty() || e.find("No such file") == std::string::npos) why = e;
-      continue;
-    }
-    auto make = reinterpret_cast<NcclMakeFn>(dlsym(handle, "gradus_nccl_make_backend"));
-    auto version = reinterpret_cast<NcclVersionFn>(dlsym(handle, "gradus_nccl_version"));
-    if (make == nullptr || version == nullptr) {
-      why = candidate + " lacks gradus_nccl_make_backend / gradus_nccl_version";
-      continue;
-    }
-    return {make, version, "loaded from " + candidate};
+  const cuda::detail::OpenedModule opened = cuda::detail::open_module(
+      kModuleFile, cuda::detail::library_directory(reinterpret_cast<void*>(&make_nccl_backend)));
+  if (opened.handle == nullptr) {
+    return {nullptr, nullptr,
+            opened.missing ? std::string("no NCCL module (no ") + kModuleFile +
+                                 " beside libgradus_dist.so nor on the loader's path)"
+                           : opened.path + " did not load: " + opened.error};
   }
-  return {nullptr, nullptr, "no NCCL module: " + why};
+  auto make = reinterpret_cast<NcclMakeFn>(dlsym(opened.handle, "gradus_nccl_make_backend"));
+  auto version = reinterpret_cast<NcclVersionFn>(dlsym(opened.handle, "gradus_nccl_version"));
+  if (make == nullptr || version == nullptr) {
+    return {nullptr, nullptr,
+            opened.path + " lacks gradus_nccl_make_backend / gradus_nccl_version"};
+  }
+  return {make, version, "loaded from " + opened.path};
 }
 
 const NcclModule& nccl_module() {

@@ -221,8 +221,8 @@ void* CudaModule::alloc_pinned(size_t nbytes) {
   if (err == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     throw OutOfMemoryError(gradus::detail::str_cat("cuda::alloc_pinned: cannot pin ", nbytes,
-                                           " bytes of host memory (hint: a smaller "
-                                           "DataLoaderOptions::prefetch or --batch-size)"));
+                                                   " bytes of host memory (hint: a smaller "
+                                                   "DataLoaderOptions::prefetch or --batch-size)"));
   }
   GRADUS_CUDA_CHECK("cuda::alloc_pinned", err);
   return p;
