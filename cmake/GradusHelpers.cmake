@@ -8,6 +8,7 @@ function(gradus_set_warnings target)
     $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${GRADUS_WERROR}>>:-Werror>)
   if(GRADUS_NATIVE)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+    target_compile_definitions(${target} PRIVATE GRADUS_CPU_NATIVE=1)
     # GCC 12.2 (Debian 12) miscompiles some AVX-512 vector constants: a std::vector<double>
     # {1, 1, 1, 0} is stored as four 1.0s (reproduced on this project's test machines; cf. GCC
     # PR 108599). Stay on AVX2 with GCC < 13.

@@ -17,6 +17,12 @@ get_property(gradus_modules GLOBAL PROPERTY GRADUS_MODULES)
 if(gradus_modules)
   install(TARGETS ${gradus_modules} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
+# The x86-64-v3 copy of the CPU backend (src/CMakeLists.txt): where the dynamic loader looks.
+get_property(gradus_cpu_variants GLOBAL PROPERTY GRADUS_CPU_VARIANTS)
+if(gradus_cpu_variants)
+  install(TARGETS ${gradus_cpu_variants}
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/glibc-hwcaps/x86-64-v3)
+endif()
 install(DIRECTORY include/gradus DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT gradusTargets NAMESPACE gradus:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/gradus)
 configure_package_config_file(cmake/gradusConfig.cmake.in

@@ -10,8 +10,9 @@ ctest --test-dir "${GRADUS_BUILD_DIR:-build}" --output-on-failure -j"$(nproc)" "
 if [[ "${GRADUS_TEST_SANITIZERS:-1}" != 0 ]]; then
   asan_dir=${GRADUS_ASAN_BUILD_DIR:-build-asan}
   echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer ($asan_dir)"
+  # GRADUS_NATIVE: one copy of the CPU kernels, the AVX2 ones this CPU runs in the release tests.
   cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADUS_SANITIZE=ON \
-    -DGRADUS_USE_CUDA=OFF -DGRADUS_BUILD_EXAMPLES=OFF >/dev/null
+    -DGRADUS_USE_CUDA=OFF -DGRADUS_BUILD_EXAMPLES=OFF -DGRADUS_NATIVE=ON >/dev/null
   cmake --build "$asan_dir" -j"$(nproc)"
   # UBSan aborts on the first report (the code is also built with -fno-sanitize-recover); ASan's
   # leak checker is on by default, minus third-party caches listed in tests/lsan_suppressions.txt.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "commands.h"
+#include "gradus/core/cpu_kernels.h"
 #include "gradus/core/cuda.h"
 #include "gradus/core/cuda_libraries.h"
 #include "gradus/core/device.h"
@@ -95,6 +96,8 @@ int run_info(bool json) {
                                   {"cuda_backend", cuda::backend_loaded()},
                                   {"cuda_backend_status", cuda::backend_status()},
                                   {"threads", get_num_threads()}};
+    const CpuKernelsInfo kernels = cpu_kernels_info();
+    out["cpu_kernels"] = {{"isa", kernels.isa}, {"library", kernels.path}};
     out.update(hardware_report());
     out["mpi"] = dist::mpi_version();
     out["cudnn"] = cuda::cudnn_version();
@@ -105,6 +108,9 @@ int run_info(bool json) {
   std::printf("gradus %s\n", GRADUS_VERSION);
   std::printf("build: %s, %s\n", GRADUS_BUILD_TYPE, GRADUS_CXX_COMPILER);
   std::printf("CUDA backend: %s\n", cuda::backend_status().c_str());
+  const CpuKernelsInfo kernels = cpu_kernels_info();
+  std::printf("CPU kernels: %s%s%s\n", kernels.isa.c_str(), kernels.path.empty() ? "" : ", ",
+              kernels.path.c_str());
   std::printf("threads: %d (OpenMP, %d processors)\n", get_num_threads(), omp_get_num_procs());
   std::printf("host memory cache: up to %zu MiB of freed blocks (GRADUS_HOST_CACHE_MB)\n",
               host::cache_stats().limit_bytes >> 20);

@@ -32,6 +32,12 @@ for f in "${libs[@]}"; do
   fi
 done
 echo "install: ${#libs[@]} shared libraries, $modules run-time module(s), none of the others needs CUDA"
+# A portable build's second copy of the CPU backend is installed where the loader looks for it.
+hwcaps=glibc-hwcaps/x86-64-v3/libgradus_backend_cpu.so
+if [[ -f "$build_dir/lib/$hwcaps" ]]; then
+  [[ -f "$lib/$hwcaps" ]] || { echo "FAIL: $hwcaps was built but not installed"; exit 1; }
+  echo "install: the x86-64-v3 copy of the CPU backend is installed"
+fi
 
 build_and_run() {  # $1: consumer build directory
   cmake -S "$source_dir/tests/install/consumer" -B "$1" -G Ninja \
@@ -41,7 +47,10 @@ build_and_run() {  # $1: consumer build directory
     echo "FAIL: the consumer needs $(cuda_needed "$1/consumer" | tr '\n' ' ')"
     exit 1
   fi
-  "$1/consumer"
+  "$1/consumer" | tee "$1/consumer.log"
+  # The CPU backend the consumer ran comes from the install, not from the build tree.
+  grep -q "^consumer: CPU kernels .* from $work/prefix/" "$1/consumer.log" ||
+    { echo "FAIL: the consumer did not load its CPU backend from $work/prefix"; exit 1; }
 }
 build_and_run "$work/consumer"
 

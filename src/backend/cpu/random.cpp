@@ -181,7 +181,7 @@ void CpuBackend::uniform(const Tensor& out, PhiloxState state, double lo, double
       unit_floats(state, first, n, u);
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) {
-        const float v = vec::fmadd(u[i], range, lo_f);
+        const float v = std::fma(u[i], range, lo_f);  // exactly, on every CPU
         u[i] = v >= hi_f && hi_f > lo_f ? below_hi : v;
       }
       store_run<float>(u, p[0], s[0], dt, n);
@@ -224,7 +224,7 @@ void CpuBackend::normal(const Tensor& out, PhiloxState state, double mean, doubl
       store_run<double>(v, p[0], s[0], dt, n);
     } else {
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) z[i] = vec::fmadd(z[i], std_f, mean_f);
+      for (int64_t i = 0; i < n; ++i) z[i] = std::fma(z[i], std_f, mean_f);  // on every CPU
       store_run<float>(z, p[0], s[0], dt, n);
     }
   });

@@ -10,12 +10,25 @@
 
 namespace gradus::backend::cpu::vec {
 
-// a * b + c, fused where the target has FMA (a libm fma call would stop vectorisation).
+// a * b + c, fused where the target has FMA (a libm fma call would stop vectorisation). Formulas
+// that must give the same bits on every CPU (the random streams) use std::fma instead.
 inline float fmadd(float a, float b, float c) {
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
   return std::fma(a, b, c);
 #else
   return a * b + c;
+#endif
+}
+
+// x * x - xx exactly, for xx = x * x rounded: the rounding error of a square, which the normal
+// CDF's far tail needs. An FMA gives it; without one (the portable baseline copy of the CPU
+// backend) double does, since the square of a float is exact in double.
+inline float square_error(float x, float xx) {
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+  return std::fma(x, x, -xx);
+#else
+  return static_cast<float>(static_cast<double>(x) * static_cast<double>(x) -
+                            static_cast<double>(xx));
 #endif
 }
 
@@ -80,7 +93,7 @@ inline float erfcx_poly(float t) {
   return t * p;
 }
 
-// e^{-(sq + sq_err)} where sq + sq_err is a square split exactly (sq_err from an FMA, so the
+// e^{-(sq + sq_err)} where sq + sq_err is a square split exactly (sq_err from square_error, so the
 // rounding of the square does not cost relative accuracy far in the tail); 0 once it underflows.
 inline float exp_neg_split(float sq, float sq_err) {
   const bool underflow = sq >= 104.0f;
@@ -93,7 +106,7 @@ inline float exp_neg_split(float sq, float sq_err) {
 inline float erfc_large(float a) {
   const float sq = a * a;
   const float t = 1.0f / fmadd(0.5f, a, 1.0f);
-  return exp_neg_split(sq, fmadd(a, a, -sq)) * erfcx_poly(t);
+  return exp_neg_split(sq, square_error(a, sq)) * erfcx_poly(t);
 }
 
 // erf(x) for |x| < 0.875 as x + x P(x^2), P a degree-5 relative-error fit (< 2e-7 in float).
@@ -121,7 +134,7 @@ inline void normal_cdf_pdf(float x, float& cdf, float& pdf) {
   const float a = std::fabs(x) * 0.70710678118654752f;
   const float xx = x * x;
   // x^2 / 2 split exactly from x itself (not from the rounded a).
-  const float e = exp_neg_split(0.5f * xx, 0.5f * fmadd(x, x, -xx));
+  const float e = exp_neg_split(0.5f * xx, 0.5f * square_error(x, xx));
   const float tail = 0.5f * e * erfcx_poly(1.0f / fmadd(0.5f, a, 1.0f));  // Phi(-|x|)
   cdf = x < 0.0f ? tail : 1.0f - tail;
   pdf = e * 0.39894228040143267794f;
