@@ -9,10 +9,10 @@
 //    parallel reductions merge fixed-size chunks in a fixed order). The switch changes nothing
 //    on the CPU. Results can depend on the thread count (conv2d weight/bias gradients sum
 //    per-thread partials), so bitwise reproduction also needs the same --threads.
-//  - CUDA: kernels that accumulate with atomics (scatter-add / index-add, embedding backward,
-//    max-pool backward) and cuDNN algorithms reported as CUDNN_NON_DETERMINISTIC must, when the
-//    switch is on, either use a deterministic implementation or call
-//    check_deterministic_allowed("op name") which throws.
+//  - CUDA: kernels that accumulate with atomics use an ordered variant when the switch is on
+//    (embedding / index_add_rows backward, max-pool backward) or refuse through
+//    check_deterministic_allowed (float scatter_add); cuDNN convolutions use only algorithms it
+//    reports as deterministic, untimed (docs/reliability.md, "Determinism").
 #pragma once
 
 namespace gradus {

@@ -2,7 +2,10 @@
 //
 // Algorithms are chosen once per problem (shape, dtype, geometry, math mode) and cached: cuDNN's
 // heuristics rank candidates (cudnnGet*_v7), then, unless GRADUS_CUDNN_BENCHMARK=0, the
-// candidates are timed on the real buffers (cudnnFind*AlgorithmEx) and the fastest is kept.
+// candidates are timed on the real buffers (cudnnFind*AlgorithmEx) and the fastest is kept. In
+// deterministic mode (gradus::set_deterministic) only algorithms cuDNN reports as deterministic
+// are candidates, nothing is timed (the heuristic's first is taken), and the choice is cached
+// per mode.
 // Workspaces come from the pool allocator. f16 / bf16 run on tensor cores with float
 // accumulation; float32 uses TF32 only when allowed (gradus::cuda::set_allow_tf32).
 // The bias is added by the elementwise kernels; its gradient is a reduction over (N, H, W).
@@ -20,6 +23,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/staging.h"
+#include "gradus/core/determinism.h"
 
 namespace gradus::backend::cuda {
 namespace {
@@ -77,13 +81,14 @@ struct Problem {
   int device = 0;
   DType dtype = DType::f32;
   bool tf32 = false;
+  bool deterministic = false;  // only algorithms cuDNN reports as CUDNN_DETERMINISTIC
   int64_t n = 0, c = 0, h = 0, w = 0, o = 0, kh = 0, kw = 0, oh = 0, ow = 0;
   Conv2dArgs a;
 
   auto key(Dir dir) const {
-    return std::make_tuple(static_cast<int>(dir), device, static_cast<int>(dtype), tf32, n, c, h, w,
-                           o, kh, kw, oh, ow, a.stride_h, a.stride_w, a.pad_h, a.pad_w,
-                           a.dilation_h, a.dilation_w, a.groups);
+    return std::make_tuple(static_cast<int>(dir), device, static_cast<int>(dtype), tf32,
+                           deterministic, n, c, h, w, o, kh, kw, oh, ow, a.stride_h, a.stride_w,
+                           a.pad_h, a.pad_w, a.dilation_h, a.dilation_w, a.groups);
   }
 };
 
@@ -153,6 +158,9 @@ Choice choose(const Problem& p, Dir dir, cudnnHandle_t h, const Descs& d, const 
   auto collect = [&](const auto* perf, int count) {
     for (int i = 0; i < count; ++i) {
       if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+      // Deterministic mode: algorithms that may sum in a varying order (split reductions with
+      // atomics, common in backward-filter) are never candidates, searched or not.
+      if (p.deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
       ranked.push_back({static_cast<int>(perf[i].algo), perf[i].memory, perf[i].mathType});
     }
   };
@@ -173,11 +181,17 @@ Choice choose(const Problem& p, Dir dir, cudnnHandle_t h, const Descs& d, const 
                                                                          kMax, &count, perf));
     collect(perf, count);
   }
-  GRADUS_CHECK(!ranked.empty(), Error, "conv2d: cuDNN offers no algorithm for input [", p.n, ", ",
-               p.c, ", ", p.h, ", ", p.w, "] with weight [", p.o, ", ", p.c / p.a.groups, ", ",
-               p.kh, ", ", p.kw, "] in ", dtype_name(p.dtype));
+  GRADUS_CHECK(!ranked.empty(), Error, "conv2d: cuDNN offers no ",
+               p.deterministic ? "deterministic " : "", "algorithm for input [", p.n, ", ", p.c,
+               ", ", p.h, ", ", p.w, "] with weight [", p.o, ", ", p.c / p.a.groups, ", ", p.kh,
+               ", ", p.kw, "] in ", dtype_name(p.dtype),
+               p.deterministic ? " (deterministic mode is on; GRADUS_CONV_IM2COL=1 runs the "
+                                 "deterministic im2col + GEMM path instead)"
+                               : "");
   Choice best = ranked.front();
-  if (benchmark_enabled()) {
+  // Deterministic mode skips the timing: two processes could time two deterministic algorithms
+  // in a different order and so sum in different orders. The heuristic's order is fixed.
+  if (benchmark_enabled() && !p.deterministic) {
     size_t ws_bytes = 0;
     for (const Choice& c : ranked) {
       if (c.workspace <= kMaxSearchWorkspace) ws_bytes = std::max(ws_bytes, c.workspace);
@@ -220,6 +234,7 @@ Problem make_problem(const Tensor& x, const Tensor& w, const Tensor& y, const Co
   p.device = y.device().index();
   p.dtype = y.dtype();
   p.tf32 = p.dtype == DType::f32 && tf32_allowed();
+  p.deterministic = is_deterministic();
   p.n = x.size(0);
   p.c = x.size(1);
   p.h = x.size(2);

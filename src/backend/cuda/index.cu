@@ -1,6 +1,10 @@
 // Embedding-style row gather / scatter-add and torch.gather / scatter_add_. Accumulation uses
 // atomics (float, double, int32, int64 natively; 16-bit floats natively on sm_80+; bytes and
-// older targets through compare-and-swap on the containing 32-bit word).
+// older targets through compare-and-swap on the containing 32-bit word), except in deterministic
+// mode, where the row scatter-add sums in index order (add_rows_ordered_kernel) and scatter_add
+// of floats refuses (misc.cpp).
+#include <algorithm>
+
 #include "backend/cuda/common.cuh"
 
 namespace gradus::backend::cuda {
@@ -89,6 +93,33 @@ __global__ void __launch_bounds__(kThreads)
   atomic_accumulate(table + index[row] * width + k, g[i]);
 }
 
+// Deterministic mode's add_rows: no atomics. Thread (k, part) owns column k of the table rows
+// [part * rows_per, (part + 1) * rows_per) and walks the whole index in order, adding the rows
+// that land in its part: every sum runs in index order, so the bits never change from run to
+// run. Each index entry is read by every part (a broadcast load, cached); the parts give the
+// parallelism a single pass over the columns would lack.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    add_rows_ordered_kernel(const T* g, const int64_t* index, T* table, int64_t n, int64_t width,
+                            int64_t rows_per) {
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= width) return;
+  const int64_t lo = static_cast<int64_t>(blockIdx.y) * rows_per, hi = lo + rows_per;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = index[i];
+    if (row < lo || row >= hi) continue;
+    T* dst = table + row * width + k;
+    if constexpr (std::is_same_v<T, bool>) {
+      *dst = *dst || g[i * width + k];
+    } else if constexpr (std::is_integral_v<T>) {
+      *dst = static_cast<T>(*dst + g[i * width + k]);
+    } else {
+      using C = compute_t<T>;
+      *dst = convert<T>(static_cast<C>(load(dst)) + static_cast<C>(load(g + i * width + k)));
+    }
+  }
+}
+
 // ------------------------------------------------------------------------------- gather
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -141,12 +172,23 @@ void launch_index_select_rows(const void* table, const int64_t* index, void* out
 }
 
 void launch_index_add_rows(const void* grad_out, const int64_t* index, void* grad_table,
-                           DType dtype, int64_t n, int64_t width, cudaStream_t stream) {
+                           DType dtype, int64_t n, int64_t width, int64_t rows, bool ordered,
+                           cudaStream_t stream) {
   if (n == 0 || width == 0) return;
   dispatch_all(dtype, [&](auto tag) {
     using T = decltype(tag);
-    add_rows_kernel<T><<<blocks_for(n * width, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T*>(grad_out), index, static_cast<T*>(grad_table), n, width);
+    if (ordered) {
+      // Enough parts for ~64 blocks in all, each part at least one row.
+      const int64_t col_blocks = blocks_for(width, kThreads);
+      const int64_t parts = std::clamp<int64_t>(64 / col_blocks, 1, std::max<int64_t>(rows, 1));
+      const int64_t rows_per = (rows + parts - 1) / parts;
+      const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(parts));
+      add_rows_ordered_kernel<T><<<grid, kThreads, 0, stream>>>(
+          static_cast<const T*>(grad_out), index, static_cast<T*>(grad_table), n, width, rows_per);
+    } else {
+      add_rows_kernel<T><<<blocks_for(n * width, kThreads), kThreads, 0, stream>>>(
+          static_cast<const T*>(grad_out), index, static_cast<T*>(grad_table), n, width);
+    }
   });
   GRADUS_CUDA_CHECK_LAUNCH("index_add_rows");
 }

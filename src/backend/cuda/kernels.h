@@ -160,7 +160,7 @@ void launch_max_pool2d(const void* x, void* out, int64_t* indices, DType dtype, 
 // accum: zeroed float (double for f64) scratch of planes * h * w elements, or grad_x itself
 // when grad_x is f32 / f64 (then zeroed by the caller).
 void launch_max_pool2d_backward(const void* grad_out, const int64_t* indices, void* accum,
-                                DType dtype, const PoolShape& s, cudaStream_t stream);
+                                DType dtype, const PoolShape& s, bool ordered, cudaStream_t stream);
 void launch_avg_pool2d(const void* x, void* out, DType dtype, const PoolShape& s,
                        const Pool2dArgs& a, cudaStream_t stream);
 void launch_avg_pool2d_backward(const void* grad_out, void* grad_x, DType dtype, const PoolShape& s,
@@ -190,9 +190,11 @@ void launch_col2im(const void* col, void* grad_x, DType dtype, int64_t images, i
 // Row gather: out[i, :] = table[index[i], :] (rows of row_bytes bytes, all contiguous).
 void launch_index_select_rows(const void* table, const int64_t* index, void* out, int64_t n,
                               int64_t row_bytes, cudaStream_t stream);
-// grad_table[index[i], :] += grad_out[i, :] (atomic), width elements per row.
+// grad_table[index[i], :] += grad_out[i, :], width elements per row, rows rows in the table:
+// with atomics, or (ordered) summing each element in index order, the same bits every run.
 void launch_index_add_rows(const void* grad_out, const int64_t* index, void* grad_table,
-                           DType dtype, int64_t n, int64_t width, cudaStream_t stream);
+                           DType dtype, int64_t n, int64_t width, int64_t rows, bool ordered,
+                           cudaStream_t stream);
 // Over the index's shape: operand 0 = out (gather) / self (scatter_add), 1 = index (i64),
 // 2 = x (gather) / src (scatter_add). The indexed operand's stride along `dim` is zeroed in the
 // iterator and passed as dim_stride.

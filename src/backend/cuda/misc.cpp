@@ -5,6 +5,7 @@
 #include "backend/cuda/iter.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/staging.h"
+#include "gradus/core/determinism.h"
 
 namespace gradus::backend::cuda {
 namespace {
@@ -40,13 +41,28 @@ void CudaBackend::index_add_rows(const Tensor& grad_out, const Tensor& index,
   if (n == 0 || grad_table.numel() == 0) return;
   DeviceGuard guard(grad_table);
   const int64_t width = grad_table.dim() > 1 ? grad_table.numel() / grad_table.size(0) : 1;
-  const Tensor gc = contiguous_as(*this, grad_out, grad_table.dtype());
-  const Tensor ic = contiguous_as(*this, index, DType::i64);
+  const int64_t rows = grad_table.dim() > 0 ? grad_table.size(0) : 1;
+  const DType dt = grad_table.dtype();
+  const bool ordered = is_deterministic();
+  cudaStream_t stream = stream_of(grad_table.device().index());
   GRADUS_CHECK(grad_table.is_contiguous(), ValueError,
                "index_add_rows: cuda expects a contiguous gradient table");
-  launch_index_add_rows(gc.raw_data(), static_cast<const int64_t*>(ic.raw_data()),
-                        grad_table.raw_data(), grad_table.dtype(), n, width,
-                        stream_of(grad_table.device().index()));
+  const Tensor ic = contiguous_as(*this, index, DType::i64);
+  const auto* idx = static_cast<const int64_t*>(ic.raw_data());
+  if (ordered && (dt == DType::f16 || dt == DType::bf16)) {
+    // Deterministic mode sums 16-bit floats in float32 and rounds once, as the CPU does, so the
+    // two give the same bits.
+    Tensor acc = empty(grad_table.sizes(), {DType::f32, grad_table.device()});
+    copy(grad_table, acc);
+    const Tensor gc = contiguous_as(*this, grad_out, DType::f32);
+    launch_index_add_rows(gc.raw_data(), idx, acc.raw_data(), DType::f32, n, width, rows, true,
+                          stream);
+    copy(acc, grad_table);
+    return;
+  }
+  const Tensor gc = contiguous_as(*this, grad_out, dt);
+  launch_index_add_rows(gc.raw_data(), idx, grad_table.raw_data(), dt, n, width, rows, ordered,
+                        stream);
 }
 
 void CudaBackend::gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
@@ -64,6 +80,8 @@ void CudaBackend::gather(const Tensor& x, int64_t dim, const Tensor& index, cons
 void CudaBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& index,
                               const Tensor& src) {
   if (index.numel() == 0) return;
+  // Integer sums are exact in any order; floating ones would depend on the atomics' order.
+  if (is_floating(out.dtype())) check_deterministic_allowed("scatter_add (CUDA)");
   DeviceGuard guard(out);
   const Tensor ic = contiguous_as(*this, index, DType::i64);
   const Tensor sc = src.dtype() == out.dtype() ? src : contiguous_as(*this, src, out.dtype());

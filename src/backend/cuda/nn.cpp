@@ -7,6 +7,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/staging.h"
+#include "gradus/core/determinism.h"
 
 namespace gradus::backend::cuda {
 namespace {
@@ -327,7 +328,7 @@ void CudaBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indi
   Tensor acc = direct ? grad_x : empty(grad_x.sizes(), {acc_dt, grad_x.device()});
   fill(acc, 0.0);
   launch_max_pool2d_backward(gc.raw_data(), static_cast<const int64_t*>(ic.raw_data()),
-                             acc.raw_data(), t, pool_shape(grad_x, grad_out),
+                             acc.raw_data(), t, pool_shape(grad_x, grad_out), is_deterministic(),
                              stream_of(grad_x.device().index()));
   if (!direct) copy(acc, grad_x);
 }

@@ -1,7 +1,8 @@
 // 2-D max / average / adaptive-average pooling over contiguous planes and their backwards, with
 // the CPU backend's window rules (src/backend/cpu/pool.cpp). Forwards: one thread per output.
 // Average backwards gather (one thread per input element, windows visited in the CPU's order, so
-// float sums match); max backward scatters through the saved indices with atomics.
+// float sums match); max backward scatters through the saved indices with atomics, or in
+// deterministic mode one thread per plane in output order.
 #include "backend/cuda/common.cuh"
 
 namespace gradus::backend::cuda {
@@ -97,6 +98,21 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t j = idx[o];
   if (j < 0 || j >= plane_in) return;  // out-of-plane indices are skipped, like the CPU
   atomic_add_acc(acc + (o / plane_out) * plane_in + j, static_cast<A>(load(gy + o)));
+}
+
+// Deterministic mode: one thread per plane walks its outputs in order and adds into its own
+// plane (no other thread writes there), so overlapping windows sum in the same order every run.
+template <typename T, typename A>
+__global__ void __launch_bounds__(kThreads)
+    max_pool_backward_ordered_kernel(const T* gy, const int64_t* idx, A* acc, int64_t plane_in,
+                                     int64_t plane_out, int64_t planes) {
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p >= planes) return;
+  A* dst = acc + p * plane_in;
+  for (int64_t o = p * plane_out; o < (p + 1) * plane_out; ++o) {
+    const int64_t j = idx[o];
+    if (j >= 0 && j < plane_in) dst[j] += static_cast<A>(load(gy + o));
+  }
 }
 
 // ------------------------------------------------------------------------------- avg pool
@@ -241,15 +257,23 @@ void launch_max_pool2d(const void* x, void* out, int64_t* indices, DType dtype, 
 }
 
 void launch_max_pool2d_backward(const void* grad_out, const int64_t* indices, void* accum,
-                                DType dtype, const PoolShape& s, cudaStream_t stream) {
+                                DType dtype, const PoolShape& s, bool ordered,
+                                cudaStream_t stream) {
   const int64_t total = s.planes * s.oh * s.ow;
   if (total == 0) return;
   dispatch_float(dtype, "max_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    max_pool_backward_kernel<T, A><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T*>(grad_out), indices, static_cast<A*>(accum), s.h * s.w, s.oh * s.ow,
-        total);
+    if (ordered) {
+      max_pool_backward_ordered_kernel<T, A>
+          <<<blocks_for(s.planes, kThreads), kThreads, 0, stream>>>(
+              static_cast<const T*>(grad_out), indices, static_cast<A*>(accum), s.h * s.w,
+              s.oh * s.ow, s.planes);
+    } else {
+      max_pool_backward_kernel<T, A><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
+          static_cast<const T*>(grad_out), indices, static_cast<A*>(accum), s.h * s.w, s.oh * s.ow,
+          total);
+    }
   });
   GRADUS_CUDA_CHECK_LAUNCH("max_pool2d_backward");
 }
