@@ -273,12 +273,17 @@ class Backend {
   virtual void adaptive_avg_pool2d(const Tensor& x, const Tensor& out) = 0;
   virtual void adaptive_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) = 0;
 
-  // q [B, Tq, D], k [B, Tk, D], v [B, Tk, Dv], contiguous, one floating dtype; out [B, Tq, Dv];
-  // lse [B, Tq] (f32, f64 for f64 inputs): each row's log-sum-exp of its scaled, unmasked scores.
+  // q [B, H, Tq, D], k [B, H, Tk, D], v [B, H, Tk, Dv], out [B, H, Tq, Dv], one floating dtype,
+  // each with any strides over (B, H, T) as long as the last dim is unit-stride and a row stride
+  // is at least the row (so q, k, v can be head views of one [B, T, 3C] projection and out can
+  // be laid out [B, T, H, Dv]); lse [B * H, Tq] contiguous (f32, f64 for f64 inputs): each
+  // row's log-sum-exp of its scaled, unmasked scores. Entry (b, h) is entry b * H + h of the
+  // dropout stream's batch.
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                          const Tensor& lse, const AttentionArgs& args) = 0;
-  // Gradients of sum(grad_out * out) (contiguous, q/k/v's shapes and dtype), from the forward's
-  // out and lse. Deterministic: no atomics, each gradient row is written by one thread.
+  // Gradients of sum(grad_out * out) (q/k/v's shapes and dtype, the same stride rules), from
+  // the forward's out and lse. Deterministic: no atomics, each gradient row is written by one
+  // thread.
   virtual void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& out, const Tensor& lse,
                                   const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,

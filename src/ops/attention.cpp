@@ -9,11 +9,48 @@ namespace gradus {
 namespace ops {
 namespace {
 
-// Leading (batch) dims folded into one: t [..., T, D] -> contiguous [B, T, D].
-Tensor fold(const Tensor& t, int64_t batch) {
-  const Tensor c = contiguous_raw(t);
-  return c.as_strided_raw({batch, t.size(-2), t.size(-1)}, {t.size(-2) * t.size(-1), t.size(-1), 1},
-                          c.offset());
+// t [..., T, D] as the kernels' [B, H, T, D] view, without a copy where the layout allows: a 4-D
+// tensor as it is (e.g. the heads of a [B, T, 3C] projection, transposed), 2-D and 3-D ones with
+// unit leading dims. A copy is made for more dims, a last dim that is not unit-stride, or rows
+// that overlap (a row stride below the row: BLAS needs ld >= D).
+Tensor as_bhtd(const Tensor& t) {
+  const int64_t rows = t.size(-2), width = t.size(-1);
+  const bool rows_ok = rows <= 1 || t.stride(-2) >= width;
+  const Tensor c =
+      t.dim() <= 4 && (t.stride(-1) == 1 || width <= 1) && rows_ok ? t : contiguous_raw(t);
+  const int64_t st = rows <= 1 ? width : c.stride(-2);  // one row: any stride will do
+  switch (c.dim()) {
+    case 4:
+      return c.as_strided_raw(c.sizes(), {c.stride(0), c.stride(1), st, 1}, c.offset());
+    case 3:
+      return c.as_strided_raw({c.size(0), 1, rows, width}, {c.stride(0), 0, st, 1}, c.offset());
+    case 2:
+      return c.as_strided_raw({1, 1, rows, width}, {0, 0, st, 1}, c.offset());
+    default: {
+      const int64_t batch = rows * width > 0 ? c.numel() / (rows * width) : 0;
+      return c.as_strided_raw({batch, 1, rows, width}, {rows * width, 0, width, 1}, c.offset());
+    }
+  }
+}
+
+// A new [B, H, T, D] tensor laid out like `like` ([B, T, H, D] in memory when like's rows are
+// interleaved over heads, as the heads of a projection are; [B, H, T, D] otherwise), and the
+// view of it in the shape of the user's tensor `shape`.
+struct Buffer {
+  Tensor bhtd, user;
+};
+Buffer new_like(const Tensor& like, const Shape& shape, int64_t width) {
+  const int64_t b = like.size(0), h = like.size(1), t = like.size(2);
+  const bool time_major = h > 1 && like.stride(2) > like.stride(1);
+  const Tensor storage = new_empty(time_major ? Shape{b, t, h, width} : Shape{b, h, t, width},
+                                   like.dtype(), like.device());
+  const Tensor bhtd =
+      time_major ? storage.as_strided_raw({b, h, t, width}, {t * h * width, width, h * width, 1}, 0)
+                 : storage;
+  // A 4-D user shape is the view itself; otherwise H = 1 and the memory is contiguous.
+  const Tensor user =
+      shape.size() == 4 ? bhtd : storage.as_strided_raw(shape, contiguous_strides(shape), 0);
+  return {bhtd, user};
 }
 
 int64_t check_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
@@ -76,30 +113,28 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                  "that makes it one");
     args.rng = draw.state;
   }
-  const Tensor qf = fold(q, batch), kf = fold(k, batch), vf = fold(v, batch);
+  const Tensor q4 = as_bhtd(q), k4 = as_bhtd(k), v4 = as_bhtd(v);
   const DType stat = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  const Tensor out3 = new_empty({batch, tq, v.size(-1)}, q.dtype(), q.device());
-  const Tensor lse = new_empty({batch, tq}, stat, q.device());
-  backend_of(q).attention(qf, kf, vf, out3, lse, args);
   Shape out_shape = q.sizes();
   out_shape.back() = v.size(-1);
-  // The kernels work on the folded [batch, T, D] tensors; the backward saves those (the output
-  // is a view of out3's storage, so an in-place change to it is still caught).
-  auto unfold = [](const Tensor& t, const Shape& shape) {
-    return t.as_strided_raw(shape, contiguous_strides(shape), 0);
-  };
-  return record("scaled_dot_product_attention", unfold(out3, out_shape), {q, k, v},
-                [args, unfold, sq = SavedTensor(qf), sk = SavedTensor(kf), sv = SavedTensor(vf),
-                 so = SavedTensor(out3), sl = SavedTensor(lse), qs = q.sizes(), ks = k.sizes(),
+  const Buffer out = new_like(q4, out_shape, v.size(-1));
+  const Tensor lse = new_empty({batch, tq}, stat, q.device());
+  backend_of(q).attention(q4, k4, v4, out.bhtd, lse, args);
+  // The backward saves the [B, H, T, D] views (the output is a view of out's storage, so an
+  // in-place change to it is still caught). The gradients are laid out like their inputs, so
+  // that the heads of a projection get their gradients back without a copy.
+  return record("scaled_dot_product_attention", out.user, {q, k, v},
+                [args, sq = SavedTensor(q4), sk = SavedTensor(k4), sv = SavedTensor(v4),
+                 so = SavedTensor(out.bhtd), sl = SavedTensor(lse), qs = q.sizes(), ks = k.sizes(),
                  vs = v.sizes()](const TensorList& g, const NeedsGrad&) {
                   const Tensor qv = sq.get(), kv = sk.get(), vv = sv.get();
-                  Tensor gq = new_empty(qv.sizes(), qv.dtype(), qv.device());
-                  Tensor gk = new_empty(kv.sizes(), kv.dtype(), kv.device());
-                  Tensor gv = new_empty(vv.sizes(), vv.dtype(), vv.device());
-                  const Tensor go = fold(cast_raw(g[0], qv.dtype()), qv.size(0));
-                  backend_of(qv).attention_backward(go, qv, kv, vv, so.get(), sl.get(), gq, gk, gv,
-                                                    args);
-                  return TensorList{unfold(gq, qs), unfold(gk, ks), unfold(gv, vs)};
+                  const Buffer gq = new_like(qv, qs, qv.size(3));
+                  const Buffer gk = new_like(kv, ks, kv.size(3));
+                  const Buffer gv = new_like(vv, vs, vv.size(3));
+                  const Tensor go = as_bhtd(cast_raw(g[0], qv.dtype()));
+                  backend_of(qv).attention_backward(go, qv, kv, vv, so.get(), sl.get(), gq.bhtd,
+                                                    gk.bhtd, gv.bhtd, args);
+                  return TensorList{gq.user, gk.user, gv.user};
                 });
 }
 

@@ -187,6 +187,39 @@ TEST(FusedAttentionPaths, OnePassAndTwoPassBackwardsAgreeBitwise) {
   set_num_threads(saved);
 }
 
+// Heads taken as views of one [B, T, 3C] projection (no copies: the kernel reads the strided rows)
+// give bitwise what contiguous [B, H, T, D] copies give, and their output and gradients come
+// back laid out [B, T, H, D], so that merging the heads is a view.
+TEST(FusedAttentionPaths, HeadViewsOfAProjectionMatchContiguousHeadsBitwise) {
+  const int64_t b = 3, t = 70, h = 4, hs = 12, c = h * hs;
+  const uint64_t seed = fresh_seed();
+  const Tensor qkv = random_tensor({b, t, 3 * c}, seed, -2, 2, DType::f32);
+  const Tensor w = random_tensor({b, h, t, hs}, seed + 1, -1, 1, DType::f32);
+  for (const bool causal : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "causal " << causal);
+    auto heads = [&](const Tensor& x, int64_t i, bool copy) {
+      Tensor v = x.narrow(2, i * c, c).reshape({b, t, h, hs}).transpose(1, 2);
+      return copy ? v.contiguous() : v;
+    };
+    Tensor grads[2][3];
+    Tensor outs[2];
+    for (const bool copy : {false, true}) {
+      const Tensor x = qkv.detach().set_requires_grad();
+      const Tensor y = scaled_dot_product_attention(heads(x, 0, copy), heads(x, 1, copy),
+                                                    heads(x, 2, copy), opts(causal));
+      if (!copy) {
+        // [B, H, T, hs] over [B, T, H, hs] memory: transposing back is contiguous.
+        EXPECT_TRUE(y.transpose(1, 2).is_contiguous());
+      }
+      sum(mul(y, w)).backward();
+      outs[copy] = y.contiguous();
+      for (int64_t i = 0; i < 3; ++i) grads[copy][i] = x.grad().narrow(2, i * c, c).contiguous();
+    }
+    EXPECT_TRUE(all_close(outs[0], outs[1], 0, 0));
+    for (int64_t i = 0; i < 3; ++i) EXPECT_TRUE(all_close(grads[0][i], grads[1][i], 0, 0)) << i;
+  }
+}
+
 // The kernel never holds the [T, T] scores: tensor memory grows with T, not T^2.
 TEST(FusedAttentionMemory, PeakDoesNotGrowWithTheScoreMatrix) {
   const int64_t bh = 4, t = 1024, d = 32;

@@ -50,11 +50,39 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
 }
 
 struct Dims {
-  int64_t batch, tq, tk, d, dv;
+  int64_t batch, tq, tk, d, dv;  // batch: B * H entries
 };
 
 Dims dims_of(const Tensor& q, const Tensor& v) {
-  return {q.size(0), q.size(1), v.size(1), q.size(2), v.size(2)};
+  return {q.size(0) * q.size(1), q.size(2), v.size(2), q.size(3), v.size(3)};
+}
+
+// One [B, H, T, D] operand: row t of entry bh = b * H + h, and the row stride (the GEMMs' ld).
+template <typename P>
+struct Rows {
+  P* base;
+  int64_t heads, sb, sh, ld;
+  Rows(const Tensor& t, P* data)
+      : base(data), heads(t.size(1)), sb(t.stride(0)), sh(t.stride(1)), ld(t.stride(2)) {
+    if (t.size(2) <= 1) ld = std::max<int64_t>(t.size(3), 1);  // one row: its stride is unused
+  }
+  P* at(int64_t bh, int64_t row) const {
+    return base + (bh / heads) * sb + (bh % heads) * sh + row * ld;
+  }
+};
+template <typename C>
+Rows<const C> rows_of(const Tensor& t) {
+  return {t, t.data_ptr<C>()};
+}
+template <typename C>
+Rows<C> mutable_rows_of(const Tensor& t) {
+  return {t, t.data_ptr<C>()};
+}
+
+// Zeroes rows [t0, t0 + n) of entry bh.
+template <typename C>
+void zero_rows(const Rows<C>& r, int64_t bh, int64_t t0, int64_t n, int64_t width) {
+  for (int64_t t = t0; t < t0 + n; ++t) std::fill(r.at(bh, t), r.at(bh, t) + width, C(0));
 }
 
 // Keys a query row sees in the key tile starting at k0 with `cols` keys.
@@ -78,10 +106,8 @@ template <typename C>
 void forward(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& outt,
              const Tensor& lset, const AttentionArgs& a) {
   const Dims d = dims_of(qt, vt);
-  const C* q = qt.data_ptr<C>();
-  const C* k = kt.data_ptr<C>();
-  const C* v = vt.data_ptr<C>();
-  C* out = outt.data_ptr<C>();
+  const Rows<const C> q = rows_of<C>(qt), k = rows_of<C>(kt), v = rows_of<C>(vt);
+  const Rows<C> out = mutable_rows_of<C>(outt);
   C* lse = lset.data_ptr<C>();
   const int64_t qtiles = (d.tq + kRows - 1) / kRows;
   const C scale = static_cast<C>(a.scale);
@@ -92,15 +118,15 @@ void forward(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor&
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / qtiles, q0 = (task % qtiles) * kRows;
       const int64_t rows = std::min(kRows, d.tq - q0);
-      const C* qb = q + (b * d.tq + q0) * d.d;
+      const C* qb = q.at(b, q0);
       std::fill(m.begin(), m.end(), -std::numeric_limits<C>::infinity());
       std::fill(l.begin(), l.end(), C(0));
       std::fill(acc.begin(), acc.end(), C(0));
       const int64_t kend = a.causal ? std::min(d.tk, q0 + rows) : d.tk;
       for (int64_t k0 = 0; k0 < kend; k0 += kCols) {
         const int64_t cols = std::min(kCols, kend - k0);
-        gemm(false, true, rows, cols, d.d, scale, qb, d.d, k + (b * d.tk + k0) * d.d, d.d, C(0),
-             s.data(), kCols);
+        gemm(false, true, rows, cols, d.d, scale, qb, q.ld, k.at(b, k0), k.ld, C(0), s.data(),
+             kCols);
         for (int64_t r = 0; r < rows; ++r) {
           C* sr = s.data() + r * kCols;
           const int64_t n = visible(a, q0 + r, k0, cols);
@@ -129,13 +155,13 @@ void forward(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor&
           }
           if (dropout) apply_dropout(a, d, b, q0 + r, k0, cols, sr, u.data());
         }
-        gemm(false, false, rows, d.dv, cols, C(1), s.data(), kCols, v + (b * d.tk + k0) * d.dv,
-             d.dv, C(1), acc.data(), d.dv);
+        gemm(false, false, rows, d.dv, cols, C(1), s.data(), kCols, v.at(b, k0), v.ld, C(1),
+             acc.data(), d.dv);
       }
       for (int64_t r = 0; r < rows; ++r) {
         // A row that sees no key (only possible when Tk = 0) outputs 0 with lse = -inf.
         const C inv = l[r] > 0 ? C(1) / l[r] : C(0);
-        C* orow = out + (b * d.tq + q0 + r) * d.dv;
+        C* orow = out.at(b, q0 + r);
         for (int64_t c = 0; c < d.dv; ++c) orow[c] = acc[r * d.dv + c] * inv;
         lse[b * d.tq + q0 + r] = l[r] > 0 ? m[r] + std::log(l[r]) : m[r];
       }
@@ -149,16 +175,16 @@ template <typename C>
 struct TileMath {
   const AttentionArgs& a;
   const Dims& d;
-  const C *q, *k, *v, *go, *lse, *delta;
+  Rows<const C> q, k, v, go;
+  const C *lse, *delta;
   C scale;
   // Fills p with Pd and ds with dS for queries q0.. (rows) and keys k0.. (cols) of batch b.
   void run(int64_t b, int64_t q0, int64_t rows, int64_t k0, int64_t cols, C* p, C* ds,
            float* u) const {
-    gemm(false, true, rows, cols, d.d, scale, q + (b * d.tq + q0) * d.d, d.d,
-         k + (b * d.tk + k0) * d.d, d.d, C(0), p, kCols);
+    gemm(false, true, rows, cols, d.d, scale, q.at(b, q0), q.ld, k.at(b, k0), k.ld, C(0), p, kCols);
     // dPd = dO V^T
-    gemm(false, true, rows, cols, d.dv, C(1), go + (b * d.tq + q0) * d.dv, d.dv,
-         v + (b * d.tk + k0) * d.dv, d.dv, C(0), ds, kCols);
+    gemm(false, true, rows, cols, d.dv, C(1), go.at(b, q0), go.ld, v.at(b, k0), v.ld, C(0), ds,
+         kCols);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = q0 + r;
       C* pr = p + r * kCols;
@@ -188,28 +214,26 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
               const Tensor& outt, const Tensor& lset, const Tensor& gqt, const Tensor& gkt,
               const Tensor& gvt, const AttentionArgs& a) {
   const Dims d = dims_of(qt, vt);
-  const C* go = got.data_ptr<C>();
-  const C* o = outt.data_ptr<C>();
-  const C* q = qt.data_ptr<C>();
+  const Rows<const C> go = rows_of<C>(got), o = rows_of<C>(outt), q = rows_of<C>(qt),
+                      k = rows_of<C>(kt), v = rows_of<C>(vt);
   std::vector<C> delta(d.batch * d.tq);
   parallel_for(d.batch * d.tq, 256, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
+      const C* gr = go.at(row / d.tq, row % d.tq);
+      const C* orow = o.at(row / d.tq, row % d.tq);
       C sum = 0;
-      for (int64_t c = 0; c < d.dv; ++c) sum += go[row * d.dv + c] * o[row * d.dv + c];
+      for (int64_t c = 0; c < d.dv; ++c) sum += gr[c] * orow[c];
       delta[row] = sum;
     }
   });
   const C scale = static_cast<C>(a.scale);
-  const TileMath<C> tile{
-      a, d, q, kt.data_ptr<C>(), vt.data_ptr<C>(), go, lset.data_ptr<C>(), delta.data(), scale};
+  const TileMath<C> tile{a, d, q, k, v, go, lset.data_ptr<C>(), delta.data(), scale};
   const bool dropout = a.dropout_p > 0;
 
   const int64_t ktiles = (d.tk + kCols - 1) / kCols;
   const int64_t qtiles = (d.tq + kRows - 1) / kRows;
-  C* gk = gkt.data_ptr<C>();
-  C* gv = gvt.data_ptr<C>();
-  C* gq = gqt.data_ptr<C>();
-  const C* k = kt.data_ptr<C>();
+  const Rows<C> gk = mutable_rows_of<C>(gkt), gv = mutable_rows_of<C>(gvt),
+                gq = mutable_rows_of<C>(gqt);
 
   if ((ktiles == 1 && qtiles == 1) || d.batch >= 4 * int64_t{omp_get_max_threads()}) {
     // One pass per batch entry: q tiles outer and key tiles inner give each dK / dV tile its
@@ -219,21 +243,21 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
       std::vector<C> p(kRows * kCols), ds(kRows * kCols);
       std::vector<float> u(dropout ? kCols : 0);
       for (int64_t b = begin; b < end; ++b) {
-        std::fill(gk + b * d.tk * d.d, gk + (b + 1) * d.tk * d.d, C(0));
-        std::fill(gv + b * d.tk * d.dv, gv + (b + 1) * d.tk * d.dv, C(0));
-        std::fill(gq + b * d.tq * d.d, gq + (b + 1) * d.tq * d.d, C(0));
+        zero_rows(gk, b, 0, d.tk, d.d);
+        zero_rows(gv, b, 0, d.tk, d.dv);
+        zero_rows(gq, b, 0, d.tq, d.d);
         for (int64_t q0 = 0; q0 < d.tq; q0 += kRows) {
           const int64_t rows = std::min(kRows, d.tq - q0);
           const int64_t kend = a.causal ? std::min(d.tk, q0 + rows) : d.tk;
           for (int64_t k0 = 0; k0 < kend; k0 += kCols) {
             const int64_t cols = std::min(kCols, kend - k0);
             tile.run(b, q0, rows, k0, cols, p.data(), ds.data(), u.data());
-            gemm(true, false, cols, d.dv, rows, C(1), p.data(), kCols, go + (b * d.tq + q0) * d.dv,
-                 d.dv, C(1), gv + (b * d.tk + k0) * d.dv, d.dv);
-            gemm(true, false, cols, d.d, rows, scale, ds.data(), kCols, q + (b * d.tq + q0) * d.d,
-                 d.d, C(1), gk + (b * d.tk + k0) * d.d, d.d);
-            gemm(false, false, rows, d.d, cols, scale, ds.data(), kCols, k + (b * d.tk + k0) * d.d,
-                 d.d, C(1), gq + (b * d.tq + q0) * d.d, d.d);
+            gemm(true, false, cols, d.dv, rows, C(1), p.data(), kCols, go.at(b, q0), go.ld, C(1),
+                 gv.at(b, k0), gv.ld);
+            gemm(true, false, cols, d.d, rows, scale, ds.data(), kCols, q.at(b, q0), q.ld, C(1),
+                 gk.at(b, k0), gk.ld);
+            gemm(false, false, rows, d.d, cols, scale, ds.data(), kCols, k.at(b, k0), k.ld, C(1),
+                 gq.at(b, q0), gq.ld);
           }
         }
       }
@@ -248,18 +272,18 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / ktiles, k0 = (task % ktiles) * kCols;
       const int64_t cols = std::min(kCols, d.tk - k0);
-      C* gkb = gk + (b * d.tk + k0) * d.d;
-      C* gvb = gv + (b * d.tk + k0) * d.dv;
-      std::fill(gkb, gkb + cols * d.d, C(0));
-      std::fill(gvb, gvb + cols * d.dv, C(0));
+      C* gkb = gk.at(b, k0);
+      C* gvb = gv.at(b, k0);
+      zero_rows(gk, b, k0, cols, d.d);
+      zero_rows(gv, b, k0, cols, d.dv);
       // Causal: queries before k0 see none of these keys.
       for (int64_t q0 = a.causal ? (k0 / kRows) * kRows : 0; q0 < d.tq; q0 += kRows) {
         const int64_t rows = std::min(kRows, d.tq - q0);
         tile.run(b, q0, rows, k0, cols, p.data(), ds.data(), u.data());
-        gemm(true, false, cols, d.dv, rows, C(1), p.data(), kCols, go + (b * d.tq + q0) * d.dv,
-             d.dv, C(1), gvb, d.dv);
-        gemm(true, false, cols, d.d, rows, scale, ds.data(), kCols, q + (b * d.tq + q0) * d.d, d.d,
-             C(1), gkb, d.d);
+        gemm(true, false, cols, d.dv, rows, C(1), p.data(), kCols, go.at(b, q0), go.ld, C(1), gvb,
+             gv.ld);
+        gemm(true, false, cols, d.d, rows, scale, ds.data(), kCols, q.at(b, q0), q.ld, C(1), gkb,
+             gk.ld);
       }
     }
   });
@@ -271,14 +295,14 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / qtiles, q0 = (task % qtiles) * kRows;
       const int64_t rows = std::min(kRows, d.tq - q0);
-      C* gqb = gq + (b * d.tq + q0) * d.d;
-      std::fill(gqb, gqb + rows * d.d, C(0));
+      C* gqb = gq.at(b, q0);
+      zero_rows(gq, b, q0, rows, d.d);
       const int64_t kend = a.causal ? std::min(d.tk, q0 + rows) : d.tk;
       for (int64_t k0 = 0; k0 < kend; k0 += kCols) {
         const int64_t cols = std::min(kCols, kend - k0);
         tile.run(b, q0, rows, k0, cols, p.data(), ds.data(), u.data());
-        gemm(false, false, rows, d.d, cols, scale, ds.data(), kCols, k + (b * d.tk + k0) * d.d, d.d,
-             C(1), gqb, d.d);
+        gemm(false, false, rows, d.d, cols, scale, ds.data(), kCols, k.at(b, k0), k.ld, C(1), gqb,
+             gq.ld);
       }
     }
   });

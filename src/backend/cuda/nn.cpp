@@ -379,22 +379,28 @@ void CudaBackend::adaptive_avg_pool2d_backward(const Tensor& grad_out, const Ten
 // ------------------------------------------------------------------------------- attention
 namespace {
 AttentionShape attention_shape(const Tensor& q, const Tensor& v) {
-  return {q.size(0), q.size(1), v.size(1), q.size(2), v.size(2)};
+  return {q.size(0) * q.size(1), q.size(2), v.size(2), q.size(3), v.size(3)};
 }
 void check_head(const Tensor& q, const Tensor& v) {
-  GRADUS_CHECK(q.size(2) <= kMaxAttentionHead && v.size(2) <= kMaxAttentionHead, ShapeError,
+  GRADUS_CHECK(q.size(3) <= kMaxAttentionHead && v.size(3) <= kMaxAttentionHead, ShapeError,
                "scaled_dot_product_attention: the CUDA kernel supports head sizes up to ",
-               kMaxAttentionHead, ", got ", q.size(2), " and ", v.size(2));
+               kMaxAttentionHead, ", got ", q.size(3), " and ", v.size(3));
 }
 }  // namespace
 
+// The kernels take packed [B * H, T, D] operands: strided [B, H, T, D] views (the CPU kernel's
+// interface) are staged through contiguous copies.
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                             const Tensor& lse, const AttentionArgs& args) {
   if (out.numel() == 0) return;
   check_head(q, v);
   DeviceGuard guard(out);
-  launch_attention(attention_shape(q, v), args, q.raw_data(), k.raw_data(), v.raw_data(),
-                   out.raw_data(), lse.raw_data(), q.dtype(), stream_of(out.device().index()));
+  const Tensor qc = contiguous_as(*this, q), kc = contiguous_as(*this, k),
+               vc = contiguous_as(*this, v);
+  into_contiguous(*this, out, [&](const Tensor& oc) {
+    launch_attention(attention_shape(q, v), args, qc.raw_data(), kc.raw_data(), vc.raw_data(),
+                     oc.raw_data(), lse.raw_data(), q.dtype(), stream_of(out.device().index()));
+  });
 }
 
 void CudaBackend::attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
@@ -403,11 +409,20 @@ void CudaBackend::attention_backward(const Tensor& grad_out, const Tensor& q, co
                                      const Tensor& grad_v, const AttentionArgs& args) {
   check_head(q, v);
   DeviceGuard guard(q);
-  const Tensor delta = empty({q.size(0), q.size(1)}, {lse.dtype(), q.device()});
-  launch_attention_backward(attention_shape(q, v), args, grad_out.raw_data(), q.raw_data(),
-                            k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(),
-                            delta.raw_data(), grad_q.raw_data(), grad_k.raw_data(),
-                            grad_v.raw_data(), q.dtype(), stream_of(q.device().index()));
+  const Tensor goc = contiguous_as(*this, grad_out), qc = contiguous_as(*this, q),
+               kc = contiguous_as(*this, k), vc = contiguous_as(*this, v),
+               oc = contiguous_as(*this, out);
+  const Tensor delta = empty({q.size(0) * q.size(1), q.size(2)}, {lse.dtype(), q.device()});
+  into_contiguous(*this, grad_q, [&](const Tensor& gq) {
+    into_contiguous(*this, grad_k, [&](const Tensor& gk) {
+      into_contiguous(*this, grad_v, [&](const Tensor& gv) {
+        launch_attention_backward(attention_shape(q, v), args, goc.raw_data(), qc.raw_data(),
+                                  kc.raw_data(), vc.raw_data(), oc.raw_data(), lse.raw_data(),
+                                  delta.raw_data(), gq.raw_data(), gk.raw_data(), gv.raw_data(),
+                                  q.dtype(), stream_of(q.device().index()));
+      });
+    });
+  });
 }
 
 }  // namespace gradus::backend::cuda
