@@ -3,13 +3,11 @@
 #include "core/cuda_module.h"
 
 #include <dlfcn.h>
-#include <link.h>
-#include <unistd.h>
 
-#include <climits>
 #include <cstdlib>
 #include <string>
 
+#include "core/shared_library.h"
 #include "gradus/core/cuda_libraries.h"
 #include "gradus/core/device.h"
 #include "gradus/core/profiling.h"
@@ -20,15 +18,14 @@ namespace {
 
 constexpr const char* kModuleFile = "libgradus_backend_cuda.so";
 
-std::string resolved_path(const char* path) {
-  char resolved[PATH_MAX];
-  return realpath(path, resolved) != nullptr ? resolved : path;
-}
-
 struct Loaded {
   Module* module = nullptr;
   std::string status;
 };
+
+using gradus::detail::library_directory;
+using gradus::detail::open_module;
+using gradus::detail::OpenedModule;
 
 Loaded load() {
   OpenedModule opened;
@@ -83,33 +80,6 @@ Module& require(const char* what) {
 
 Module* module() {
   return loaded().module;
-}
-
-std::string library_directory(const void* code) {
-  Dl_info info{};
-  if (dladdr(code, &info) == 0 || info.dli_fname == nullptr) return "";
-  const std::string path = resolved_path(info.dli_fname);
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
-}
-
-OpenedModule open_module(const std::string& file, const std::string& directory) {
-  OpenedModule m;
-  const std::string beside = directory + file;
-  m.path = !directory.empty() && access(beside.c_str(), F_OK) == 0 ? beside : file;
-  m.handle = dlopen(m.path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (m.handle == nullptr) {
-    const char* err = dlerror();
-    m.error = err != nullptr ? err : "unknown dlopen error";
-    // The loader names the file it could not find; a missing dependency names that instead.
-    m.missing = m.path.find('/') == std::string::npos && m.error.find(m.path) != std::string::npos;
-    return m;
-  }
-  const link_map* map = nullptr;
-  if (dlinfo(m.handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr) {
-    m.path = resolved_path(map->l_name);
-  }
-  return m;
 }
 
 }  // namespace detail

@@ -74,21 +74,6 @@ class Module {
 // The loaded module; loads it on the first call (thread-safe). nullptr when there is none.
 Module* module();
 
-// The directory (with a trailing '/') of the shared library containing `code`, a function of it:
-// where gradus looks for its run-time modules. "" when unknown (a static build).
-std::string library_directory(const void* code);
-
-// A run-time module (this one, or gradus_dist's NCCL engine) opened with dlopen (RTLD_NOW |
-// RTLD_LOCAL; the handle is never closed): `directory` + `file` if that file exists, else `file`
-// as the loader finds it (a bare name on its search path, or a path as given).
-struct OpenedModule {
-  void* handle = nullptr;
-  std::string path;      // what was opened (resolved) or tried
-  std::string error;     // the loader's message when handle is null
-  bool missing = false;  // a bare name the loader found nowhere
-};
-OpenedModule open_module(const std::string& file, const std::string& directory);
-
 }  // namespace gradus::cuda::detail
 
 // The symbol the module defines.

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "core/cuda_module.h"
+#include "core/shared_library.h"
 #include "dist/group_impl.h"
 #include "gradus/core/cuda.h"
 
@@ -33,8 +33,8 @@ NcclModule load() {
   if (!cuda::backend_loaded()) {
     return {nullptr, nullptr, "CUDA backend " + cuda::backend_status()};
   }
-  const cuda::detail::OpenedModule opened = cuda::detail::open_module(
-      kModuleFile, cuda::detail::library_directory(reinterpret_cast<void*>(&make_nccl_backend)));
+  const gradus::detail::OpenedModule opened = gradus::detail::open_module(
+      kModuleFile, gradus::detail::library_directory(reinterpret_cast<void*>(&make_nccl_backend)));
   if (opened.handle == nullptr) {
     return {nullptr, nullptr,
             opened.missing ? std::string("no NCCL module (no ") + kModuleFile +

@@ -1,16 +1,13 @@
 // What cpu_kernels_info() reports: the instruction set this copy of the CPU backend was compiled
 // for (the compiler's ISA macros) and the file it was loaded from.
-#include <dlfcn.h>
-
-#include <cstdlib>
-
+#include "core/shared_library.h"
 #include "gradus/core/cpu_kernels.h"
 
 namespace gradus {
 
 namespace {
 
-const char kInThisLibrary = 0;  // an address inside this library, for dladdr
+const char kInThisLibrary = 0;  // an address inside this library
 
 const char* compiled_isa() {
 #if defined(GRADUS_CPU_NATIVE)
@@ -37,13 +34,7 @@ const char* compiled_isa() {
 CpuKernelsInfo cpu_kernels_info() {
   CpuKernelsInfo info;
   info.isa = compiled_isa();
-  Dl_info where{};
-  if (dladdr(&kInThisLibrary, &where) != 0 && where.dli_fname != nullptr) {
-    // The loader's name can be ".../bin/../lib/..." (from $ORIGIN): report the resolved file.
-    char* resolved = realpath(where.dli_fname, nullptr);
-    info.path = resolved != nullptr ? resolved : where.dli_fname;
-    std::free(resolved);
-  }
+  info.path = detail::library_path(&kInThisLibrary);
   return info;
 }
 
