@@ -102,6 +102,13 @@ void apply_dropout(const AttentionArgs& a, const Dims& d, int64_t b, int64_t i, 
   for (int64_t j = 0; j < cols; ++j) p_row[j] = u[j] >= p ? p_row[j] * keep_scale : C(0);
 }
 
+// Tasks a thread should get at least, for tasks of `macs` multiply-adds each: about 64 K
+// multiply-adds per thread, so that short sequences (and gradient checks) stay on the calling
+// thread instead of waking, and spinning at the barrier of, a team (see threads_for).
+int64_t task_grain(int64_t macs) {
+  return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(macs, 1));
+}
+
 template <typename C>
 void forward(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& outt,
              const Tensor& lset, const AttentionArgs& a) {
@@ -112,7 +119,8 @@ void forward(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor&
   const int64_t qtiles = (d.tq + kRows - 1) / kRows;
   const C scale = static_cast<C>(a.scale);
   const bool dropout = a.dropout_p > 0;
-  parallel_for(d.batch * qtiles, 1, [&](int64_t begin, int64_t end) {
+  const int64_t tile_macs = std::min(kRows, d.tq) * d.tk * (d.d + d.dv);
+  parallel_for(d.batch * qtiles, task_grain(tile_macs), [&](int64_t begin, int64_t end) {
     std::vector<C> s(kRows * kCols), acc(kRows * d.dv), m(kRows), l(kRows);
     std::vector<float> u(dropout ? kCols : 0);
     for (int64_t task = begin; task < end; ++task) {
@@ -239,7 +247,8 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
     // One pass per batch entry: q tiles outer and key tiles inner give each dK / dV tile its
     // query tiles in ascending order and each dQ tile its key tiles in ascending order, exactly
     // the two passes' orders.
-    parallel_for(d.batch, 1, [&](int64_t begin, int64_t end) {
+    const int64_t grain = task_grain(2 * d.tq * d.tk * (d.d + d.dv));
+    parallel_for(d.batch, grain, [&](int64_t begin, int64_t end) {
       std::vector<C> p(kRows * kCols), ds(kRows * kCols);
       std::vector<float> u(dropout ? kCols : 0);
       for (int64_t b = begin; b < end; ++b) {
@@ -266,7 +275,8 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
   }
 
   // Pass 1: dK and dV, one key tile per task.
-  parallel_for(d.batch * ktiles, 1, [&](int64_t begin, int64_t end) {
+  const int64_t ktile_macs = 2 * std::min(kCols, d.tk) * d.tq * (d.d + d.dv);
+  parallel_for(d.batch * ktiles, task_grain(ktile_macs), [&](int64_t begin, int64_t end) {
     std::vector<C> p(kRows * kCols), ds(kRows * kCols);
     std::vector<float> u(dropout ? kCols : 0);
     for (int64_t task = begin; task < end; ++task) {
@@ -289,7 +299,8 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
   });
 
   // Pass 2: dQ, one query tile per task.
-  parallel_for(d.batch * qtiles, 1, [&](int64_t begin, int64_t end) {
+  const int64_t qtile_macs = 2 * std::min(kRows, d.tq) * d.tk * d.d;
+  parallel_for(d.batch * qtiles, task_grain(qtile_macs), [&](int64_t begin, int64_t end) {
     std::vector<C> p(kRows * kCols), ds(kRows * kCols);
     std::vector<float> u(dropout ? kCols : 0);
     for (int64_t task = begin; task < end; ++task) {

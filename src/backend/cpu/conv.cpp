@@ -34,6 +34,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/float_args.h"
+#include "backend/cpu/loops.h"
 
 // The kernels twice (see conv_kernels.h): with AVX-512 for CPUs that have it, whatever the build
 // flags (GCC only: the pragma), and with the build's own flags.
@@ -105,7 +106,12 @@ struct Geom {
   int64_t Wp() const { return W + 2 * pw; }
   int64_t plane() const { return Hp() * Wp(); }
   bool padded() const { return ph != 0 || pw != 0; }
+  int64_t macs() const { return N * O * P() * K(); }  // multiply-adds of the whole convolution
 };
+
+// Multiply-adds a thread should get at least (about 5 us of work): smaller convolutions use fewer
+// threads, the tiny ones (gradient checks, the first layers of small models) only the caller.
+constexpr int64_t kConvGrain = int64_t{1} << 17;
 
 Geom make_geom(const Tensor& x, const Tensor& w, const Tensor& out, const Conv2dArgs& a) {
   return {x.size(0), x.size(1),    x.size(2),    x.size(3),  w.size(0),  w.size(2),
@@ -229,7 +235,7 @@ void conv_forward(const T* x, const T* w, const T* bias, T* out, const Geom& g) 
       if (bias) bpk[gi * Opad + o] = bias[gi * Og + o];
     }
   const std::vector<int64_t> koff = kernel_offsets(g), qoff = position_offsets(g);
-  const int threads = omp_get_max_threads();
+  const int threads = threads_for(g.macs(), kConvGrain);
   const Split split = split_work(g.N, threads);
   const int64_t chunk = ceil_div(P, split.parts);
   const int64_t kchunk = kchunk_for(K, g.KH * g.KW, Opad * static_cast<int64_t>(sizeof(T)));
@@ -293,7 +299,7 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, T* gb, const Geom& g) 
   const int64_t Cg = g.Cg(), Og = g.Og(), K = g.K(), P = g.P();
   const int64_t nvec = ceil_div(Og, W), Opad = nvec * W;
   const std::vector<int64_t> koff = kernel_offsets(g), qoff = position_offsets(g);
-  const int threads = omp_get_max_threads();
+  const int threads = threads_for(g.macs(), kConvGrain);
   const Split split = split_work(g.N, threads);
   const int64_t chunk = ceil_div(K, split.parts);
   // Per-thread partial sums of grad_w^T [threads][G][K][Opad] and of the bias [threads][G][Opad]
@@ -394,7 +400,7 @@ void conv_backward_weight_dots(const T* gy, const T* x, T* gw, T* gb, const Geom
   const int64_t Kb = K + (gb ? 1 : 0);  // a row of ones yields the bias gradient
   const int64_t nvec = P / W;           // full vectors; the rest is added lane by lane
   const std::vector<int64_t> koff = kernel_offsets(g), qoff = position_offsets(g);
-  const int threads = omp_get_max_threads();
+  const int threads = threads_for(g.macs(), kConvGrain);
   const int64_t part_size = g.O * Kb * W;  // [O][Kb][W] lane partials per thread
   static thread_local std::vector<T> partial_buf;
   T* partial = scratch(partial_buf, static_cast<size_t>(threads * part_size));
@@ -515,7 +521,7 @@ void conv_backward_data_col2im(const T* gy, const T* w, T* gx, const Geom& g) {
   for (int64_t o = 0; o < Og; ++o) ooff[o] = o * P;
   const int64_t qchunk = std::min<int64_t>(P, 256);
 
-#pragma omp parallel
+#pragma omp parallel num_threads(threads_for(g.macs(), kConvGrain))
   {
     static thread_local std::vector<T> gxp_buf, col_buf;
     T* gxp = scratch(gxp_buf, static_cast<size_t>(g.C * g.plane()));

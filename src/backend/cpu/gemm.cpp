@@ -191,8 +191,11 @@ void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& out, const GemmA
       threaded_gemm<T>(!tb, !ta, n, m, k, alpha, bi, ldb, ai, lda, beta, ci, ldc);
     }
   };
-  if (batch > 1 && m * n * k <= kSmallGemm && omp_get_max_threads() > 1 && !omp_in_parallel()) {
-#pragma omp parallel for schedule(static)
+  // Small matrices: a thread per few of them, if together they are worth a team.
+  const int batch_threads =
+      omp_in_parallel() ? 1 : threads_for(batch * m * n * k, int64_t{1} << 17);
+  if (batch > 1 && m * n * k <= kSmallGemm && batch_threads > 1) {
+#pragma omp parallel for num_threads(batch_threads) schedule(static)
     for (int64_t i = 0; i < batch; ++i) one(i);
   } else {
     for (int64_t i = 0; i < batch; ++i) one(i);

@@ -26,6 +26,15 @@ namespace gradus::backend::cpu {
 // than the work.
 inline constexpr int64_t kGrain = 32768;
 
+// Threads worth waking for `work` units (elements, multiply-adds) when each should get at least
+// `grain`: 1 for small work, so a tiny op never opens a team. Besides the wake-up cost, a team's
+// barriers spin, and with another busy process on the same cores (two ranks, a test run with -j2)
+// every barrier of a tiny op can cost a whole time slice.
+inline int threads_for(int64_t work, int64_t grain) {
+  const int64_t most = omp_get_max_threads();
+  return static_cast<int>(std::clamp<int64_t>(work / std::max<int64_t>(grain, 1), 1, most));
+}
+
 // Calls fn(begin, end) on disjoint, contiguous parts of [0, n), one per thread, with at most
 // ceil(n / grain) threads. fn must not throw.
 template <typename F>
