@@ -25,6 +25,7 @@
 
 #include "batch_finder.h"
 #include "commands.h"
+#include "deferred_losses.h"
 #include "evaluation.h"
 #include "gradus/core/cuda.h"
 #include "gradus/core/determinism.h"
@@ -276,6 +277,29 @@ int run_train_images(const TrainOptions& options) {
     // Sums over the examples of this epoch (restored mid-epoch so the summary matches).
     EpochProgress progress = resumed_epoch ? start.progress : EpochProgress{};
     int64_t samples_here = 0;  // trained by this process (for samples/s)
+    // A step's loss, once read back (deferred_losses.h: on a GPU every kDeviceInterval steps,
+    // and before a checkpoint, a stop and the epoch's end).
+    auto account = [&](const StepLoss& s, double value) {
+      GRADUS_CHECK(std::isfinite(value), ValueError, "train: the loss became ", value, " at epoch ",
+                   epoch + 1, ", step ", s.step, ": training diverged; lower --lr (", s.lr,
+                   " at that step) or add --warmup-steps; --detect-anomaly names the op ",
+                   "that produced it");
+      if (first_loss < 0) first_loss = value;
+      if (!warned_growth && first_loss > 0 && value > 1000 * first_loss) {
+        warned_growth = true;
+        std::fprintf(stderr,
+                     "gradus train: warning: the loss grew from %.4g (first step) to %.4g at step "
+                     "%lld: training is diverging; lower --lr (now %g)\n",
+                     first_loss, value, static_cast<long long>(s.step), s.lr);
+      }
+      progress.loss_sum += value * static_cast<double>(s.samples);
+      progress.samples += s.samples;
+      progress.last_lr = s.lr;
+      if (o.log_every > 0 && s.step % o.log_every == 0) {
+        metrics.write({{"step", s.step}, {"epoch", epoch + 1}, {"loss", value}, {"lr", s.lr}});
+      }
+    };
+    DeferredLosses losses(device);
     for (data::Example& batch : train_loader) {
       const double lr = optimizer->lr();
       optimizer->zero_grad();
@@ -296,46 +320,33 @@ int run_train_images(const TrainOptions& options) {
       ++step;
       profiler.at_step(step);
       const data::LoaderPosition next = train_loader.position();  // (epoch, this batch + 1)
-      double value = loss.item();
+      const int64_t n = batch.target.size(0) * world.size;        // the global batch
+      samples_here += n;
       if (distributed) {
         // The global loss (mean of the ranks' shares), and a stop request on any rank stops
-        // every rank after this same step.
+        // every rank after this same step: a read and an exchange every step.
         Tensor shared =
-            tensor({value, g_stop_signal != 0 ? static_cast<double>(g_stop_signal) : 0.0}, {2},
-                   {.dtype = DType::f64});
+            tensor({loss.item(), static_cast<double>(g_stop_signal)}, {2}, {.dtype = DType::f64});
         dist::default_group()->all_reduce(shared, dist::ReduceOp::sum, "loss")->wait();
         const std::vector<double> v = shared.to_vector<double>();
-        value = v[0] / world.size;
         if (v[1] != 0 && g_stop_signal == 0) g_stop_signal = SIGTERM;
-      }
-      GRADUS_CHECK(std::isfinite(value), ValueError, "train: the loss became ", value, " at epoch ",
-                   epoch + 1, ", step ", step, ": training diverged; lower --lr (now ", lr,
-                   ") or add --warmup-steps; --detect-anomaly names the op that produced it");
-      const int64_t n = batch.target.size(0) * world.size;  // the global batch
-      if (first_loss < 0) first_loss = value;
-      if (!warned_growth && first_loss > 0 && value > 1000 * first_loss) {
-        warned_growth = true;
-        std::fprintf(stderr,
-                     "gradus train: warning: the loss grew from %.4g (first step) to %.4g at step "
-                     "%lld: training is diverging; lower --lr (now %g)\n",
-                     first_loss, value, static_cast<long long>(step), lr);
-      }
-      progress.loss_sum += value * static_cast<double>(n);
-      progress.samples += n;
-      progress.last_lr = lr;
-      samples_here += n;
-      if (o.log_every > 0 && step % o.log_every == 0) {
-        metrics.write({{"step", step}, {"epoch", epoch + 1}, {"loss", value}, {"lr", lr}});
+        account({step, lr, n, Tensor()}, v[0] / world.size);
+      } else {
+        losses.add({step, lr, n, loss.detach()});
+        if (losses.due()) losses.flush(account);
       }
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) {
+        losses.flush(account);  // the checkpoint holds the epoch's loss sum so far
         checkpoints.save(step, next, progress);
       }
       if (o.stop_after_steps > 0 && step >= o.stop_after_steps) {
+        losses.flush(account);
         stop(next, progress, "--stop-after-steps");
         return 0;
       }
       if (g_stop_signal != 0) {
         const int sig = g_stop_signal;
+        losses.flush(account);
         stop(next, progress, sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM");
         return 128 + sig;
       }
@@ -345,6 +356,7 @@ int run_train_images(const TrainOptions& options) {
                  progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.samples, 1)),
                  samples_here, epoch_peak());
     }
+    losses.flush(account);
     bar.finish();
     const double train_seconds = bar.elapsed_seconds();
     result = evaluate(*model, amp_dtype);

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "deferred_losses.h"
 #include "evaluation.h"
 #include "gradus/gradus.h"
 #include "profile_cmd.h"
@@ -165,20 +166,22 @@ int run_train_lm(const TrainOptions& o) {
     NoGradGuard no_grad;
     model.eval();
     val_batches.set_position(0);
-    double total = 0;
+    Tensor total;  // summed where the losses are: one read at the end, not one per batch
     for (int64_t i = 0; i < o.eval_iters; ++i) {
       amp::Autocast autocast(amp.value_or(DType::bf16), amp.has_value());
       const auto [x, y] = val_batches.next(device);
-      total += lm_loss(model, x, y).item();
+      const Tensor l = lm_loss(model, x, y).to(DType::f64);
+      total = total.defined() ? add(total, l) : l;
     }
     model.train();
-    return total / static_cast<double>(o.eval_iters);
+    return total.item() / static_cast<double>(o.eval_iters);
   };
 
   model.train();
   const auto run_start = Clock::now();
   double val_loss = NAN, window_loss = 0;
   int64_t window_steps = 0;
+  DeferredLosses losses(device);
   auto window_start = Clock::now();
   profiler.at_step(0);
   for (int64_t step = 0; step < o.iters; ++step) {
@@ -195,12 +198,18 @@ int run_train_lm(const TrainOptions& o) {
     optimizer.step();
     optimizer.zero_grad();
     profiler.at_step(step + 1);
-    const double l = loss.item();
-    GRADUS_CHECK(std::isfinite(l), ValueError, "train: the loss became ", l, " at step ", step);
-    window_loss += l;
-    ++window_steps;
+    losses.add({step, lr, o.batch_size, loss.detach()});
     const bool last = step + 1 == o.iters;
-    if ((step + 1) % o.eval_every == 0 || last) {
+    const bool eval_now = (step + 1) % o.eval_every == 0 || last;
+    if (losses.due() || eval_now) {
+      losses.flush([&](const StepLoss& s, double l) {
+        GRADUS_CHECK(std::isfinite(l), ValueError, "train: the loss became ", l, " at step ",
+                     s.step);
+        window_loss += l;
+        ++window_steps;
+      });
+    }
+    if (eval_now) {
       const double seconds = ms_since(window_start) / 1e3;
       const double tokens_per_s =
           static_cast<double>(window_steps * o.batch_size * o.gpt.context) / seconds;

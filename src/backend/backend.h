@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/common/index_check.h"
 #include "gradus/core/random.h"
 #include "gradus/core/tensor.h"
 
@@ -290,6 +291,12 @@ class Backend {
                                   const AttentionArgs& args) = 0;
 
   // ---- indexing ----
+  // IndexError (index_error_message) unless every value of `index` (int64, contiguous) is in
+  // [0, check.size) or equals check.allowed. The CPU checks before returning; CUDA queues the
+  // check on the device and raises at the host's next wait on the device (at once with
+  // GRADUS_CUDA_SYNC_CHECKS=1). The kernels that use indices skip out-of-range ones, so memory
+  // outside the operands is never touched in between.
+  virtual void check_index_range(const Tensor& index, const IndexCheck& check) = 0;
   // out[i, :] = table[index[i], :]; table [V, D] contiguous, index i64 contiguous, out [n, D].
   virtual void index_select_rows(const Tensor& table, const Tensor& index, const Tensor& out) = 0;
   // grad_table[index[i], :] += grad_out[i, :] (grad_table pre-zeroed by the caller).

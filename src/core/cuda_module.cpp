@@ -128,6 +128,10 @@ DeviceProperties device_properties(int device) {
 void synchronize(int device) {
   if (Module* m = module(); m != nullptr && m->device_count() > 0) m->synchronize(device);
 }
+uint64_t host_syncs() {
+  Module* m = module();
+  return m != nullptr ? m->host_syncs() : 0;
+}
 MemoryStats memory_stats(int device) {
   Module* m = module();
   return m != nullptr ? m->memory_stats(device) : MemoryStats{};

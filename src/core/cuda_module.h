@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "gradus/core/cuda.h"
@@ -30,7 +31,7 @@ class DeviceTimer;
 namespace gradus::cuda::detail {
 
 // Bumped whenever Module changes, so a stale module is refused instead of misread.
-inline constexpr int kModuleAbi = 1;
+inline constexpr int kModuleAbi = 2;
 
 class Module {
  public:
@@ -46,6 +47,7 @@ class Module {
   virtual void set_device(int device) = 0;
   virtual DeviceProperties device_properties(int device) = 0;
   virtual void synchronize(int device) = 0;
+  virtual uint64_t host_syncs() = 0;
   virtual MemoryStats memory_stats(int device) = 0;
   virtual void reset_peak_memory_stats(int device) = 0;
   virtual void empty_cache(int device) = 0;

@@ -22,7 +22,8 @@ Tensor index_i64(const char* op, const Tensor& index, const char* what = "index"
   return contiguous_raw(cast_raw(index, DType::i64));
 }
 
-// {min, max} of a non-empty contiguous int64 tensor.
+// {min, max} of a non-empty contiguous int64 tensor (one_hot's inferred class count: a read
+// back to the host, as in PyTorch; pass num_classes to avoid it).
 std::pair<int64_t, int64_t> index_bounds(const Tensor& idx) {
   if (idx.device().is_cpu()) {
     const int64_t* p = idx.data_ptr<int64_t>();
@@ -38,13 +39,13 @@ std::pair<int64_t, int64_t> index_bounds(const Tensor& idx) {
   return {v[0], v[1]};
 }
 
-// IndexError unless every value of idx (contiguous int64) lies in [0, size).
+// IndexError unless every value of idx (contiguous int64) lies in [0, size). On a GPU the check
+// runs on the device and reports at the next host sync (backend::Backend::check_index_range).
+// `op` and `what` must be string literals.
 void check_index_range(const char* op, const Tensor& idx, int64_t size, const char* what) {
   if (idx.numel() == 0) return;
-  const auto [lo, hi] = index_bounds(idx);
-  const int64_t bad = lo < 0 ? lo : hi;
-  GRADUS_CHECK(lo >= 0 && hi < size, IndexError, op, ": ", what, " ", bad,
-               " is out of range (valid range [0, ", size, "))");
+  backend_of(idx).check_index_range(
+      idx, {.op = op, .what = what, .size = size, .allowed = std::nullopt});
 }
 
 // gather/scatter_add shape rules (PyTorch's): same rank; index.size(d) <= x.size(d) for d != dim.

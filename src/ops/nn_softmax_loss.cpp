@@ -90,29 +90,6 @@ struct ClassTargets {
   int64_t classes = 0;
 };
 
-// {min, max} of target values other than ignore_index; {0, 0} when there are none.
-std::pair<int64_t, int64_t> target_bounds(const Tensor& t, int64_t ignore_index) {
-  if (t.device().is_cpu()) {
-    const int64_t* p = t.data_ptr<int64_t>();
-    int64_t lo = 0, hi = 0;
-    bool first = true;
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      if (p[i] == ignore_index) continue;
-      lo = first ? p[i] : std::min(lo, p[i]);
-      hi = first ? p[i] : std::max(hi, p[i]);
-      first = false;
-    }
-    return {lo, hi};
-  }
-  // One masked min/max pair, read back with a single device-to-host copy.
-  const Tensor masked = where(eq(t, static_cast<double>(ignore_index)), zeros_like(t), t);
-  Tensor bounds = new_empty({2}, DType::i64, t.device());
-  backend_of(t).reduce(ReduceOp::min, masked, bounds.as_strided_raw({1}, {1}, 0), {0});
-  backend_of(t).reduce(ReduceOp::max, masked, bounds.as_strided_raw({1}, {1}, 1), {0});
-  const std::vector<int64_t> v = bounds.to_vector<int64_t>();
-  return {v[0], v[1]};
-}
-
 ClassTargets class_targets(const char* op, const Tensor& input, const Tensor& target,
                            const CrossEntropyOptions& o) {
   check_defined(op, {&input, &target});
@@ -147,12 +124,9 @@ ClassTargets class_targets(const char* op, const Tensor& input, const Tensor& ta
     check_floating(op, o.weight, "weight");
     ct.weight = contiguous_raw(cast_raw(o.weight, input.dtype()));
   }
-  if (ct.target.numel() > 0) {
-    const auto [lo, hi] = target_bounds(ct.target, o.ignore_index);
-    const int64_t bad = lo < 0 ? lo : hi;
-    GRADUS_CHECK(lo >= 0 && hi < ct.classes, IndexError, op, ": target ", bad,
-                 " is out of range for ", ct.classes, " classes (valid range [0, ", ct.classes,
-                 "), or ignore_index ", o.ignore_index, ")");
+  if (ct.target.numel() > 0) {  // on a GPU: checked on the device, reported at the next sync
+    backend_of(ct.target).check_index_range(
+        ct.target, {.op = op, .what = "target", .size = ct.classes, .allowed = o.ignore_index});
   }
   return ct;
 }

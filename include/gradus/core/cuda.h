@@ -79,6 +79,11 @@ void set_device(int device);
 // device = -1 means the current device.
 DeviceProperties device_properties(int device = -1);
 void synchronize(int device = -1);  // waits for all work on the device
+// How many times the host has waited for a GPU since the process started (reading a tensor back,
+// synchronize(), Event::synchronize(), a copy from pinned memory that must finish before the
+// buffer is reused, ...). A training step that reads nothing back makes none after warm-up:
+// compare the count before and after it. 0 without a device.
+uint64_t host_syncs();
 MemoryStats memory_stats(int device = -1);
 void reset_peak_memory_stats(int device = -1);
 // Returns the pool's cached free blocks to the driver (synchronizes the device).

@@ -1,6 +1,6 @@
-// Embedding-style row gather/scatter and torch.gather / scatter_add_. Index ranges were checked
-// by the op layer. Accumulating kernels split the work so that no two threads ever write the same
-// element (no atomics, results independent of the thread count).
+// Embedding-style row gather/scatter and torch.gather / scatter_add_, and the range check of
+// their indices (which the op layer runs before them). Accumulating kernels split the work so that
+// no two threads ever write the same element (no atomics, results independent of the thread count).
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
@@ -8,6 +8,17 @@
 #include "backend/cpu/loops.h"
 
 namespace gradus::backend::cpu {
+
+void CpuBackend::check_index_range(const Tensor& index, const IndexCheck& check) {
+  const int64_t* p = index.data_ptr<int64_t>();
+  for (int64_t i = 0, n = index.numel(); i < n; ++i) {
+    const int64_t v = p[i];
+    if ((v < 0 || v >= check.size) && v != check.allowed) {
+      throw IndexError(index_error_message(check, v));
+    }
+  }
+}
+
 namespace {
 
 // The type additions run in: the storage type itself for float/double/integers, float for the

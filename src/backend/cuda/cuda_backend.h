@@ -74,6 +74,7 @@ class CudaBackend final : public Backend {
   void adaptive_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) override;
 
   // misc.cpp (indexing, random, optimizers)
+  void check_index_range(const Tensor& index, const IndexCheck& check) override;
   void index_select_rows(const Tensor& table, const Tensor& index, const Tensor& out) override;
   void index_add_rows(const Tensor& grad_out, const Tensor& index,
                       const Tensor& grad_table) override;

@@ -77,20 +77,24 @@ __device__ __forceinline__ void atomic_accumulate(T* p, T v) {
 // ------------------------------------------------------------------------------- rows
 template <typename W>
 __global__ void __launch_bounds__(kThreads)
-    select_rows_kernel(const W* table, const int64_t* index, W* out, int64_t n, int64_t words) {
+    select_rows_kernel(const W* table, const int64_t* index, W* out, int64_t n, int64_t words,
+                       int64_t rows) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * words) return;
   const int64_t row = i / words, k = i - row * words;
-  out[i] = table[index[row] * words + k];
+  const int64_t r = index[row];
+  out[i] = r >= 0 && r < rows ? table[r * words + k] : W{};
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    add_rows_kernel(const T* g, const int64_t* index, T* table, int64_t n, int64_t width) {
+    add_rows_kernel(const T* g, const int64_t* index, T* table, int64_t n, int64_t width,
+                    int64_t rows) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * width) return;
   const int64_t row = i / width, k = i - row * width;
-  atomic_accumulate(table + index[row] * width + k, g[i]);
+  const int64_t r = index[row];
+  if (r >= 0 && r < rows) atomic_accumulate(table + r * width + k, g[i]);
 }
 
 // Deterministic mode's add_rows: no atomics. Thread (k, part) owns column k of the table rows
@@ -101,10 +105,11 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     add_rows_ordered_kernel(const T* g, const int64_t* index, T* table, int64_t n, int64_t width,
-                            int64_t rows_per) {
+                            int64_t rows_per, int64_t rows) {
   const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= width) return;
-  const int64_t lo = static_cast<int64_t>(blockIdx.y) * rows_per, hi = lo + rows_per;
+  const int64_t lo = static_cast<int64_t>(blockIdx.y) * rows_per;
+  const int64_t hi = lo + rows_per < rows ? lo + rows_per : rows;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t row = index[i];
     if (row < lo || row >= hi) continue;
@@ -124,29 +129,56 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     gather_kernel(OffsetCalc<3> oc, T* out, const int64_t* index, const T* x, int64_t dim_stride,
-                  uint32_t n) {
+                  int64_t dim_size, uint32_t n) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   int64_t off[3];
   oc.get(i, off);
-  out[off[0]] = x[off[2] + index[off[1]] * dim_stride];
+  const int64_t j = index[off[1]];
+  out[off[0]] = j >= 0 && j < dim_size ? x[off[2] + j * dim_stride] : T{};
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     scatter_add_kernel(OffsetCalc<3> oc, T* self, const int64_t* index, const T* src,
-                       int64_t dim_stride, uint32_t n) {
+                       int64_t dim_stride, int64_t dim_size, uint32_t n) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   int64_t off[3];
   oc.get(i, off);
-  atomic_accumulate(self + off[0] + index[off[1]] * dim_stride, src[off[2]]);
+  const int64_t j = index[off[1]];
+  if (j >= 0 && j < dim_size) atomic_accumulate(self + off[0] + j * dim_stride, src[off[2]]);
+}
+
+// ------------------------------------------------------------------------------- checks
+__global__ void __launch_bounds__(kThreads)
+    check_index_range_kernel(const int64_t* index, int64_t n, int64_t size, bool has_allowed,
+                             int64_t allowed, int site, DeviceIndexError* error) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int64_t v = index[i];
+  if ((v >= 0 && v < size) || (has_allowed && v == allowed)) return;
+  // The first finder records; the host reads the record only after a sync (kernel completion
+  // orders these writes before it).
+  if (atomicCAS(&error->flag, 0, 1) == 0) {
+    error->site = site;
+    error->value = v;
+  }
 }
 
 }  // namespace
 
+void launch_check_index_range(const int64_t* index, int64_t n, int64_t size, bool has_allowed,
+                              int64_t allowed, int site, DeviceIndexError* error,
+                              cudaStream_t stream) {
+  if (n == 0) return;
+  check_index_range_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
+      index, n, size, has_allowed, allowed, site, error);
+  GRADUS_CUDA_CHECK_LAUNCH("check_index_range");
+}
+
 void launch_index_select_rows(const void* table, const int64_t* index, void* out, int64_t n,
-                              int64_t row_bytes, cudaStream_t stream) {
+                              int64_t row_bytes, int64_t rows, cudaStream_t stream) {
   if (n == 0 || row_bytes == 0) return;
   // Widest word that divides the row and the alignment of both buffers.
   const auto a = reinterpret_cast<uintptr_t>(table) | reinterpret_cast<uintptr_t>(out) |
@@ -155,7 +187,7 @@ void launch_index_select_rows(const void* table, const int64_t* index, void* out
     using W = decltype(word);
     const int64_t words = row_bytes / static_cast<int64_t>(sizeof(W));
     select_rows_kernel<W><<<blocks_for(n * words, kThreads), kThreads, 0, stream>>>(
-        static_cast<const W*>(table), index, static_cast<W*>(out), n, words);
+        static_cast<const W*>(table), index, static_cast<W*>(out), n, words, rows);
   };
   if (a % 16 == 0) {
     run(uint4{});
@@ -183,36 +215,38 @@ void launch_index_add_rows(const void* grad_out, const int64_t* index, void* gra
       const int64_t parts = std::clamp<int64_t>(64 / col_blocks, 1, std::max<int64_t>(rows, 1));
       const int64_t rows_per = (rows + parts - 1) / parts;
       const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(parts));
-      add_rows_ordered_kernel<T><<<grid, kThreads, 0, stream>>>(
-          static_cast<const T*>(grad_out), index, static_cast<T*>(grad_table), n, width, rows_per);
+      add_rows_ordered_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(grad_out),
+                                                                index, static_cast<T*>(grad_table),
+                                                                n, width, rows_per, rows);
     } else {
       add_rows_kernel<T><<<blocks_for(n * width, kThreads), kThreads, 0, stream>>>(
-          static_cast<const T*>(grad_out), index, static_cast<T*>(grad_table), n, width);
+          static_cast<const T*>(grad_out), index, static_cast<T*>(grad_table), n, width, rows);
     }
   });
   GRADUS_CUDA_CHECK_LAUNCH("index_add_rows");
 }
 
-void launch_gather(const Iter<3>& it, int64_t dim_stride, cudaStream_t stream) {
+void launch_gather(const Iter<3>& it, int64_t dim_stride, int64_t dim_size, cudaStream_t stream) {
   if (it.numel == 0) return;
   const auto n = static_cast<uint32_t>(it.numel);
   dispatch_all(it.dtype[0], [&](auto tag) {
     using T = decltype(tag);
     gather_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
         make_offset_calc(it), static_cast<T*>(it.data[0]), static_cast<const int64_t*>(it.data[1]),
-        static_cast<const T*>(it.data[2]), dim_stride, n);
+        static_cast<const T*>(it.data[2]), dim_stride, dim_size, n);
   });
   GRADUS_CUDA_CHECK_LAUNCH("gather");
 }
 
-void launch_scatter_add(const Iter<3>& it, int64_t dim_stride, cudaStream_t stream) {
+void launch_scatter_add(const Iter<3>& it, int64_t dim_stride, int64_t dim_size,
+                        cudaStream_t stream) {
   if (it.numel == 0) return;
   const auto n = static_cast<uint32_t>(it.numel);
   dispatch_all(it.dtype[0], [&](auto tag) {
     using T = decltype(tag);
     scatter_add_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
         make_offset_calc(it), static_cast<T*>(it.data[0]), static_cast<const int64_t*>(it.data[1]),
-        static_cast<const T*>(it.data[2]), dim_stride, n);
+        static_cast<const T*>(it.data[2]), dim_stride, dim_size, n);
   });
   GRADUS_CUDA_CHECK_LAUNCH("scatter_add");
 }

@@ -187,9 +187,23 @@ void launch_col2im(const void* col, void* grad_x, DType dtype, int64_t images, i
                    const ConvGeom& geom, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------- index.cu
+// The first out-of-range index a check kernel found on a device, in page-locked host memory
+// mapped into the device (the host reads it after a sync without a copy). flag 0: none yet.
+struct DeviceIndexError {
+  int flag;
+  int site;  // which check (op, operand, size: device_checks.cpp)
+  long long value;
+};
+// Sets *error (if still clear) when a value of index[0, n) is outside [0, size) and is not
+// `allowed` (when has_allowed).
+void launch_check_index_range(const int64_t* index, int64_t n, int64_t size, bool has_allowed,
+                              int64_t allowed, int site, DeviceIndexError* error,
+                              cudaStream_t stream);
+// The kernels below skip indices outside [0, rows) / [0, dim_size) (gathers write zeros), so an
+// index the check has flagged but not yet reported never touches memory outside the operands.
 // Row gather: out[i, :] = table[index[i], :] (rows of row_bytes bytes, all contiguous).
 void launch_index_select_rows(const void* table, const int64_t* index, void* out, int64_t n,
-                              int64_t row_bytes, cudaStream_t stream);
+                              int64_t row_bytes, int64_t rows, cudaStream_t stream);
 // grad_table[index[i], :] += grad_out[i, :], width elements per row, rows rows in the table:
 // with atomics, or (ordered) summing each element in index order, the same bits every run.
 void launch_index_add_rows(const void* grad_out, const int64_t* index, void* grad_table,
@@ -197,9 +211,10 @@ void launch_index_add_rows(const void* grad_out, const int64_t* index, void* gra
                            cudaStream_t stream);
 // Over the index's shape: operand 0 = out (gather) / self (scatter_add), 1 = index (i64),
 // 2 = x (gather) / src (scatter_add). The indexed operand's stride along `dim` is zeroed in the
-// iterator and passed as dim_stride.
-void launch_gather(const Iter<3>& it, int64_t dim_stride, cudaStream_t stream);
-void launch_scatter_add(const Iter<3>& it, int64_t dim_stride, cudaStream_t stream);
+// iterator and passed as dim_stride; dim_size is its size along `dim`.
+void launch_gather(const Iter<3>& it, int64_t dim_stride, int64_t dim_size, cudaStream_t stream);
+void launch_scatter_add(const Iter<3>& it, int64_t dim_stride, int64_t dim_size,
+                        cudaStream_t stream);
 
 // ---------------------------------------------------------------------------- random.cu
 // Element i of the flattened (row-major) output draws from the stream per gradus/core/random.h

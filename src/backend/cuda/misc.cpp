@@ -31,7 +31,8 @@ void CudaBackend::index_select_rows(const Tensor& table, const Tensor& index, co
       (tc.dim() > 1 ? tc.numel() / tc.size(0) : 1) * static_cast<int64_t>(tc.element_size());
   into_contiguous(*this, out, [&](const Tensor& o) {
     launch_index_select_rows(tc.raw_data(), static_cast<const int64_t*>(ic.raw_data()),
-                             o.raw_data(), n, row_bytes, stream_of(out.device().index()));
+                             o.raw_data(), n, row_bytes, tc.dim() > 0 ? tc.size(0) : 1,
+                             stream_of(out.device().index()));
   });
 }
 
@@ -71,10 +72,10 @@ void CudaBackend::gather(const Tensor& x, int64_t dim, const Tensor& index, cons
   const Tensor ic = contiguous_as(*this, index, DType::i64);
   const Tensor xs = x.dtype() == out.dtype() ? x : contiguous_as(*this, x, out.dtype());
   const Tensor xv = indexed_view(xs, ic, dim);
-  const int64_t dim_stride = xs.stride(dim);
+  const int64_t dim_stride = xs.stride(dim), dim_size = xs.size(dim);
   cudaStream_t stream = stream_of(out.device().index());
   for_each_piece<3>(make_layout<3>(ic.sizes(), {&out, &ic, &xv}),
-                    [&](const Iter<3>& it) { launch_gather(it, dim_stride, stream); });
+                    [&](const Iter<3>& it) { launch_gather(it, dim_stride, dim_size, stream); });
 }
 
 void CudaBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& index,
@@ -87,10 +88,11 @@ void CudaBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& inde
   const Tensor sc = src.dtype() == out.dtype() ? src : contiguous_as(*this, src, out.dtype());
   const Tensor ov = indexed_view(out, ic, dim);
   const Tensor sv = sc.as_strided_raw(ic.sizes(), sc.strides(), sc.offset());
-  const int64_t dim_stride = out.stride(dim);
+  const int64_t dim_stride = out.stride(dim), dim_size = out.size(dim);
   cudaStream_t stream = stream_of(out.device().index());
-  for_each_piece<3>(make_layout<3>(ic.sizes(), {&ov, &ic, &sv}),
-                    [&](const Iter<3>& it) { launch_scatter_add(it, dim_stride, stream); });
+  for_each_piece<3>(make_layout<3>(ic.sizes(), {&ov, &ic, &sv}), [&](const Iter<3>& it) {
+    launch_scatter_add(it, dim_stride, dim_size, stream);
+  });
 }
 
 // ------------------------------------------------------------------------------- random

@@ -36,6 +36,7 @@ class CudaModule final : public detail::Module {
   void set_device(int device) override;
   DeviceProperties device_properties(int device) override;
   void synchronize(int device) override;
+  uint64_t host_syncs() override { return rt::host_syncs(); }
   MemoryStats memory_stats(int device) override;
   void reset_peak_memory_stats(int device) override;
   void empty_cache(int device) override;
@@ -116,7 +117,7 @@ void CudaModule::synchronize(int device) {
   device = resolve(device);
   rt::device_state(device);
   rt::DeviceGuard guard(device);
-  GRADUS_CUDA_CHECK("cuda::synchronize", cudaDeviceSynchronize());
+  rt::wait_device(device, "cuda::synchronize");
 }
 
 MemoryStats CudaModule::memory_stats(int device) {
@@ -155,7 +156,7 @@ void CudaModule::empty_cache(int device) {
   device = resolve(device);
   rt::DeviceState& s = rt::device_state(device);
   rt::DeviceGuard guard(device);
-  GRADUS_CUDA_CHECK("cuda::empty_cache", cudaDeviceSynchronize());
+  rt::wait_device(device, "cuda::empty_cache");
   GRADUS_CUDA_CHECK("cuda::empty_cache", cudaMemPoolTrimTo(s.pool, 0));
 }
 
@@ -189,8 +190,7 @@ void CudaModule::event_wait(int device, void* event, StreamHandle stream) {
 }
 
 void CudaModule::event_synchronize(void* event) {
-  GRADUS_CUDA_CHECK("cuda::Event::synchronize",
-                    cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  rt::wait_event(static_cast<cudaEvent_t>(event), "cuda::Event::synchronize");
 }
 
 bool CudaModule::event_query(void* event) {

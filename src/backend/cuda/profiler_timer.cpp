@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "backend/cuda/runtime.h"
 #include "gradus/core/cuda.h"
 #include "gradus/core/profiling.h"
 
@@ -26,8 +27,10 @@ class CudaTimer final : public profiling::DeviceTimer {
     if (base_ == nullptr && cudaEventCreate(&base_) != cudaSuccess) return false;
     // Idle device, then the reference mark: the caller takes the host clock right after, so
     // device times line up with the host's to within the synchronisation's latency.
+    cuda::count_host_sync();
     if (cudaDeviceSynchronize() != cudaSuccess) return false;
     if (cudaEventRecord(base_, stream()) != cudaSuccess) return false;
+    cuda::count_host_sync();
     if (cudaEventSynchronize(base_) != cudaSuccess) return false;
     marks_.clear();
     open_ = true;
@@ -62,6 +65,7 @@ class CudaTimer final : public profiling::DeviceTimer {
     std::vector<Mark> out(marks_.size());
     for (size_t i = 0; i < marks_.size(); ++i) {
       float ms = 0;
+      cuda::count_host_sync();
       if (cudaEventSynchronize(marks_[i].event) == cudaSuccess &&
           cudaEventElapsedTime(&ms, base_, marks_[i].event) == cudaSuccess) {
         out[i].ns = static_cast<int64_t>(static_cast<double>(ms) * 1e6);

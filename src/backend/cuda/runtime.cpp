@@ -90,6 +90,14 @@ void init_device(DeviceState& s, int index) {
   uint64_t threshold = UINT64_MAX;
   GRADUS_CUDA_CHECK("cuda init",
                     cudaMemPoolSetAttribute(s.pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  void* record = nullptr;
+  GRADUS_CUDA_CHECK("cuda init", cudaHostAlloc(&record, sizeof(DeviceIndexError),
+                                               cudaHostAllocMapped | cudaHostAllocPortable));
+  std::memset(record, 0, sizeof(DeviceIndexError));
+  s.index_error = static_cast<DeviceIndexError*>(record);
+  void* on_device = nullptr;
+  GRADUS_CUDA_CHECK("cuda init", cudaHostGetDevicePointer(&on_device, record, 0));
+  s.index_error_on_device = static_cast<DeviceIndexError*>(on_device);
   s.ready.store(true);
 }
 
@@ -106,6 +114,12 @@ int device_count() {
     return n < kMaxDevices ? n : kMaxDevices;
   }();
   return count;
+}
+
+DeviceState* ready_state(int index) {
+  if (index < 0 || index >= device_count()) return nullptr;
+  DeviceState& s = states()[index];
+  return s.ready.load() ? &s : nullptr;
 }
 
 DeviceState& device_state(int index) {
@@ -174,6 +188,7 @@ void* pool_allocate(size_t nbytes, int device, cudaStream_t stream, const char* 
   if (err == cudaErrorMemoryAllocation && nbytes <= s.props.totalGlobalMem) {
     // Blocks freed on other streams become reusable once the device is idle.
     cudaGetLastError();
+    count_host_sync();
     cudaDeviceSynchronize();
     err = cudaMallocFromPoolAsync(&ptr, nbytes, s.pool, stream);
   }
@@ -208,6 +223,7 @@ struct CudaStreamApi {
         cudaEventRecord(e, static_cast<cudaStream_t>(stream)) != cudaSuccess) {
       // Without an event the only safe order is the whole device.
       cudaGetLastError();
+      count_host_sync();
       cudaDeviceSynchronize();
     }
     return e;
@@ -216,6 +232,7 @@ struct CudaStreamApi {
     if (e != nullptr &&
         cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), e, 0) != cudaSuccess) {
       cudaGetLastError();
+      count_host_sync();
       cudaDeviceSynchronize();
     }
   }
@@ -324,7 +341,7 @@ void CudaBackend::synchronize() {
     // their contexts).
     if (!states()[d].ready.load()) continue;
     DeviceGuard guard(d);
-    GRADUS_CUDA_CHECK("synchronize", cudaDeviceSynchronize());
+    wait_device(d, "synchronize");
   }
 }
 
@@ -339,9 +356,7 @@ void CudaBackend::copy_from_host(const void* host, const Tensor& dst) {
   // Pageable sources are staged by the driver before the call returns; a pinned source is read
   // asynchronously, so wait until the caller may reuse it (gradus::cuda::copy_from_host_async
   // is the non-blocking variant).
-  if (gradus::cuda::is_pinned(host)) {
-    GRADUS_CUDA_CHECK("copy to cuda", cudaStreamSynchronize(stream));
-  }
+  if (gradus::cuda::is_pinned(host)) wait_stream(stream, device, "copy to cuda");
 }
 
 void CudaBackend::copy_to_host(const Tensor& src, void* host) {
@@ -352,7 +367,7 @@ void CudaBackend::copy_to_host(const Tensor& src, void* host) {
   cudaStream_t stream = stream_of(device);
   GRADUS_CUDA_CHECK("copy from cuda",
                     cudaMemcpyAsync(host, src.raw_data(), nbytes, cudaMemcpyDeviceToHost, stream));
-  GRADUS_CUDA_CHECK("copy from cuda", cudaStreamSynchronize(stream));
+  wait_stream(stream, device, "copy from cuda");
 }
 
 }  // namespace gradus::backend::cuda

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/kernels.h"
 #include "gradus/core/storage.h"
 #include "gradus/core/tensor.h"
 
@@ -73,6 +74,10 @@ struct DeviceState {
 #if GRADUS_HAS_CUDNN
   std::vector<cudnnHandle_t> free_cudnn;
 #endif
+  // Where this device's index checks record the first out-of-range value (page-locked, mapped:
+  // `index_error` for the host, `index_error_on_device` for kernels).
+  DeviceIndexError* index_error = nullptr;
+  DeviceIndexError* index_error_on_device = nullptr;
 };
 
 // Number of visible devices; 0 (never an error) without a driver or GPU.
@@ -80,12 +85,28 @@ int device_count();
 // The state of device `index`, initialising it on first use. Throws DeviceError for a device that
 // does not exist.
 DeviceState& device_state(int index);
+// The state of device `index` if it has been initialised, else nullptr (never initialises).
+DeviceState* ready_state(int index);
 // The calling thread's current stream on device `index`: the device's compute stream unless this
 // thread chose another (set_thread_stream, cuda::StreamGuard). Per thread, as in PyTorch: a
 // loader thread's StreamGuard never redirects the training thread's kernels.
 cudaStream_t stream_of(int index);
 // nullptr restores the device's compute stream for this thread.
 void set_thread_stream(int index, cudaStream_t stream);
+
+// ---- the host's waits on the device (device_checks.cpp) ----
+// Every wait is counted (gradus::cuda::host_syncs(): a training step after warm-up should make
+// none), then raises the IndexError of an index a device check found out of range since the last
+// wait, if any. `op` names the caller in a CUDA error.
+void wait_stream(cudaStream_t stream, int device, const char* op);
+void wait_device(int device, const char* op);
+void wait_event(cudaEvent_t event, const char* op);
+// Counts a wait made elsewhere (the allocator's out-of-memory retry, the profiler's clock).
+void count_host_sync() noexcept;
+uint64_t host_syncs() noexcept;
+// Raises (and clears) the index error a device check recorded on `device`; on every device
+// initialised so far when device is -1.
+void raise_device_errors(int device);
 
 // Makes `index` the calling thread's current device for the guard's lifetime.
 class DeviceGuard {
