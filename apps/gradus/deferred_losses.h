@@ -25,8 +25,11 @@ class DeferredLosses {
   // Steps kept before due() says to read them back (GPU).
   static constexpr int64_t kDeviceInterval = 20;
 
-  explicit DeferredLosses(const Device& device)
-      : interval_(device.is_cuda() ? kDeviceInterval : 1) {}
+  // every > 0 overrides the default interval (tests compare batched reads with per-step ones).
+  DeferredLosses(const Device& device, int64_t every)
+      : interval_(every > 0          ? every
+                  : device.is_cuda() ? kDeviceInterval
+                                     : 1) {}
 
   void add(StepLoss s) { pending_.push_back(std::move(s)); }
   bool due() const { return static_cast<int64_t>(pending_.size()) >= interval_; }

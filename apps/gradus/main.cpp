@@ -199,6 +199,10 @@ void add_train(CLI::App& app, TrainOptions& o) {
                 "printed exactly, for comparing runs)")
       ->check(kPositive)
       ->needs(metrics);
+  c->add_option("--read-loss-every", o.read_loss_every,
+                "Read the step losses back from the device every N steps (default: 20 on a GPU, "
+                "1 on a CPU; and before checkpoints, stops and evaluations)")
+      ->check(kPositive);
   c->add_option("--limit-train", o.limit_train, "Use only the first N training examples")
       ->check(kPositive);
   c->add_option("--limit-test", o.limit_test, "Use only the first N test examples")

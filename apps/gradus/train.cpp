@@ -299,7 +299,7 @@ int run_train_images(const TrainOptions& options) {
         metrics.write({{"step", s.step}, {"epoch", epoch + 1}, {"loss", value}, {"lr", s.lr}});
       }
     };
-    DeferredLosses losses(device);
+    DeferredLosses losses(device, o.read_loss_every);
     for (data::Example& batch : train_loader) {
       const double lr = optimizer->lr();
       optimizer->zero_grad();

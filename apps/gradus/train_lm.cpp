@@ -181,7 +181,7 @@ int run_train_lm(const TrainOptions& o) {
   const auto run_start = Clock::now();
   double val_loss = NAN, window_loss = 0;
   int64_t window_steps = 0;
-  DeferredLosses losses(device);
+  DeferredLosses losses(device, o.read_loss_every);
   auto window_start = Clock::now();
   profiler.at_step(0);
   for (int64_t step = 0; step < o.iters; ++step) {

@@ -191,6 +191,13 @@ class Backend {
   // Contiguous bytes between this device and the host (the other side is host memory).
   virtual void copy_from_host(const void* host, const Tensor& dst_contiguous) = 0;
   virtual void copy_to_host(const Tensor& src_contiguous, void* host) = 0;
+  // Between two devices of this backend's type (both contiguous, same dtype and size), ordered
+  // after the work queued on the source and before later work on the destination; the source's
+  // memory is not reused before the copy has read it. Only backends with several devices
+  // (CUDA: peer to peer, without the host) implement it.
+  virtual void copy_between_devices(const Tensor& src_contiguous, const Tensor& dst_contiguous) {
+    throw DeviceError(detail::str_cat(name(), ": no copies between devices"));
+  }
   virtual void fill(const Tensor& dst, double value) = 0;
   // dst[i] = start + i * step over the flattened (contiguous) dst.
   virtual void arange(const Tensor& dst, double start, double step) = 0;

@@ -303,7 +303,10 @@ Tensor Tensor::to(Device device, DType dtype) const {
       } else if (device.is_cpu()) {
         GRADUS_PROFILE_SCOPE(copy, "memcpy_d2h");
         backend_of(src).copy_to_host(src, out.raw_data());
-      } else {  // device to device via the host
+      } else if (device.type() == this->device().type()) {  // e.g. cuda:0 -> cuda:1: peer copy
+        GRADUS_PROFILE_SCOPE(copy, "memcpy_d2d");
+        backend_of(src).copy_between_devices(src, out);
+      } else {  // between device types: through the host
         Tensor staged = src.to(Device::cpu());
         GRADUS_PROFILE_SCOPE(copy, "memcpy_h2d");
         backend::backend_for(device.type()).copy_from_host(staged.raw_data(), out);

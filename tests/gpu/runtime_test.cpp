@@ -142,5 +142,27 @@ TEST(CudaRuntime, Tf32Switch) {
   cuda::set_allow_tf32(old);
 }
 
+// cuda:0 -> cuda:1 copies peer to peer (no host round trip: no host wait either), ordered after
+// the source's producers; values survive the source being freed and its block reused at once.
+TEST(CudaRuntime, CopiesBetweenDevicesArePeerToPeer) {
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
+  const Tensor host = rnd({3, 1000, 37}, DType::f32);
+  Tensor on1;
+  {
+    const Tensor on0 = mul(host.to(Device::cuda(0)), 2.0);  // produced by a kernel on cuda:0
+    const uint64_t before = cuda::host_syncs();
+    on1 = on0.to(Device::cuda(1));
+    EXPECT_EQ(cuda::host_syncs(), before) << "the copy went through the host";
+    EXPECT_EQ(on1.device(), Device::cuda(1));
+  }
+  // The source's block is free now: fill whatever reuses it before reading the copy.
+  const Tensor reuse = full({3, 1000, 37}, 7.0, {DType::f32, Device::cuda(0)});
+  (void)reuse;
+  EXPECT_TRUE(identical(on1.to(Device::cpu()), mul(host, 2.0)));
+  // And back, with a dtype change on the way.
+  EXPECT_TRUE(identical(on1.to(Device::cuda(0), DType::f64).to(Device::cpu()),
+                        mul(host, 2.0).to(DType::f64)));
+}
+
 }  // namespace
 }  // namespace gradus

@@ -2,7 +2,8 @@
 # Exact resume on the CPU: a run stopped at step k and resumed ends with bitwise-identical weights
 # (SHA-256 of the --save file) and identical per-step losses and epoch summaries compared with an
 # uninterrupted run -- mid-epoch, at an epoch boundary, from an older checkpoint, with dropout
-# (RNG state), with batch norm (buffers) and SGD momentum. Also: an incompatible --resume is
+# (RNG state), with batch norm (buffers) and SGD momentum, and with the losses read back in
+# batches. Also: an incompatible --resume is
 # refused naming the differing keys, and a non-empty checkpoint dir without --resume is refused.
 #   resume_test.sh GRADUS_EXE WORK_DIR
 source "$(dirname "$0")/lib.sh"
@@ -53,6 +54,10 @@ reference mlp "${MLP[@]}"
 interrupted mlp-mid mlp 15 keep "${MLP[@]}"     # mid epoch 1
 interrupted mlp-edge mlp 22 keep "${MLP[@]}"    # after the last batch of epoch 1, before its eval
 interrupted mlp-older mlp 31 drop "${MLP[@]}"   # resumes from step 28 and redoes 29..31
+# Losses read back 3 steps at a time (as on a GPU, every 20), and early at the
+# checkpoints (every 4), the stop and the epoch's end: per-step losses, epoch summaries and weights
+# must still be the reference's.
+interrupted mlp-batched-reads mlp 15 keep "${MLP[@]}" --read-loss-every 3
 reference cnn "${CNN[@]}"
 interrupted cnn-mid cnn 9 keep "${CNN[@]}"      # mid epoch 2 (6 steps per epoch)
 

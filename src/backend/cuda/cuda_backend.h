@@ -16,6 +16,7 @@ class CudaBackend final : public Backend {
   void copy(const Tensor& src, const Tensor& dst) override;
   void copy_from_host(const void* host, const Tensor& dst_contiguous) override;
   void copy_to_host(const Tensor& src_contiguous, void* host) override;
+  void copy_between_devices(const Tensor& src_contiguous, const Tensor& dst_contiguous) override;
   void fill(const Tensor& dst, double value) override;
   void arange(const Tensor& dst, double start, double step) override;
   void synchronize() override;

@@ -370,6 +370,58 @@ void CudaBackend::copy_to_host(const Tensor& src, void* host) {
   wait_stream(stream, device, "copy from cuda");
 }
 
+namespace {
+// Peer access from `device` to `peer`'s memory, enabled once per pair where the hardware allows
+// it (NVLink or PCIe P2P); without it cudaMemcpyPeerAsync still works, staged by the driver.
+void enable_peer_access(int device, int peer) {
+  static std::once_flag once[kMaxDevices][kMaxDevices];
+  std::call_once(once[device][peer], [&] {
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, device, peer) != cudaSuccess || can == 0) {
+      cudaGetLastError();
+      return;
+    }
+    DeviceGuard guard(device);
+    const cudaError_t err = cudaDeviceEnablePeerAccess(peer, 0);
+    if (err != cudaSuccess) cudaGetLastError();  // already enabled (by another library) is fine
+  });
+}
+
+// An event recorded on `stream` of `device` that `waiter` waits for: the waiter's later work runs
+// after the stream's work so far. Destroyed at once (the driver keeps it until it fires).
+void stream_wait(int device, cudaStream_t stream, cudaStream_t waiter, const char* op) {
+  DeviceGuard guard(device);
+  cudaEvent_t e = nullptr;
+  GRADUS_CUDA_CHECK(op, cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  GRADUS_CUDA_CHECK(op, cudaEventRecord(e, stream));
+  const cudaError_t err = cudaStreamWaitEvent(waiter, e, 0);
+  cudaEventDestroy(e);
+  GRADUS_CUDA_CHECK(op, err);
+}
+}  // namespace
+
+void CudaBackend::copy_between_devices(const Tensor& src, const Tensor& dst) {
+  const size_t nbytes = static_cast<size_t>(dst.numel()) * dst.element_size();
+  if (nbytes == 0) return;
+  const int from = src.device().index(), to = dst.device().index();
+  cudaStream_t src_stream = stream_of(from), dst_stream = stream_of(to);
+  enable_peer_access(to, from);
+  // The copy runs on the destination's stream after the source's producers, and the source's
+  // stream waits for the copy before anything it queues later, so src's block is not handed out
+  // again before the copy has read it.
+  stream_wait(from, src_stream, dst_stream, "copy between devices");
+  {
+    DeviceGuard guard(to);
+    GRADUS_CUDA_CHECK(
+        "copy between devices",
+        cudaMemcpyPeerAsync(dst.raw_data(), to, src.raw_data(), from, nbytes, dst_stream));
+  }
+  stream_wait(to, dst_stream, src_stream, "copy between devices");
+  // src may have been allocated on another stream of its device: its block then also waits for
+  // this one (which now waits for the copy).
+  src.impl()->storage()->record_stream(src_stream);
+}
+
 }  // namespace gradus::backend::cuda
 
 namespace gradus::backend {
