@@ -66,7 +66,14 @@ void raise_one(const DeviceState& s) {
   if (e == nullptr || e->flag == 0) return;
   const int site = e->site;
   const int64_t value = e->value;
-  e->flag = 0;  // reported once
+  // Reported once: clear the record, and the claim so that a later bad index reports again
+  // (ordered on the compute stream, before any check queued from now on).
+  e->flag = 0;
+  {
+    DeviceGuard guard(s.index);
+    GRADUS_CUDA_CHECK("index check",
+                      cudaMemsetAsync(s.index_error_claim, 0, sizeof(int), s.default_stream));
+  }
   throw IndexError(detail::str_cat(
       index_error_message(sites().at(site), value), " (found on cuda:", s.index,
       " by a check the host did not wait for; it is raised at the next wait on the device, here. "
@@ -108,7 +115,8 @@ void wait_device(int device, const char* op) {
 void wait_event(cudaEvent_t event, const char* op) {
   count_host_sync();
   GRADUS_CUDA_CHECK(op, cudaEventSynchronize(event));
-  raise_device_errors(-1);  // the event's device is not known here
+  // No index errors raised here: events also order internal work (the loader's host buffers,
+  // destructors that must not throw), and the error keeps until a read or synchronize().
 }
 
 void CudaBackend::check_index_range(const Tensor& index, const IndexCheck& check) {
@@ -120,7 +128,8 @@ void CudaBackend::check_index_range(const Tensor& index, const IndexCheck& check
   cudaStream_t stream = stream_of(device);
   launch_check_index_range(static_cast<const int64_t*>(index.raw_data()), n, check.size,
                            check.allowed.has_value(), check.allowed.value_or(0),
-                           sites().intern(check), s.index_error_on_device, stream);
+                           sites().intern(check), s.index_error_claim, s.index_error_on_device,
+                           stream);
   if (check_at_once()) wait_stream(stream, device, check.op);
 }
 

@@ -153,27 +153,28 @@ __global__ void __launch_bounds__(kThreads)
 // ------------------------------------------------------------------------------- checks
 __global__ void __launch_bounds__(kThreads)
     check_index_range_kernel(const int64_t* index, int64_t n, int64_t size, bool has_allowed,
-                             int64_t allowed, int site, DeviceIndexError* error) {
+                             int64_t allowed, int site, int* claim, DeviceIndexError* error) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int64_t v = index[i];
   if ((v >= 0 && v < size) || (has_allowed && v == allowed)) return;
-  // The first finder records; the host reads the record only after a sync (kernel completion
-  // orders these writes before it).
-  if (atomicCAS(&error->flag, 0, 1) == 0) {
+  // The first finder writes the record; the host reads it only after a sync.
+  if (atomicCAS(claim, 0, 1) == 0) {
     error->site = site;
     error->value = v;
+    __threadfence_system();  // the fields before the flag, as the host sees them
+    error->flag = 1;
   }
 }
 
 }  // namespace
 
 void launch_check_index_range(const int64_t* index, int64_t n, int64_t size, bool has_allowed,
-                              int64_t allowed, int site, DeviceIndexError* error,
+                              int64_t allowed, int site, int* claim, DeviceIndexError* error,
                               cudaStream_t stream) {
   if (n == 0) return;
   check_index_range_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
-      index, n, size, has_allowed, allowed, site, error);
+      index, n, size, has_allowed, allowed, site, claim, error);
   GRADUS_CUDA_CHECK_LAUNCH("check_index_range");
 }
 

@@ -189,15 +189,17 @@ void launch_col2im(const void* col, void* grad_x, DType dtype, int64_t images, i
 // ---------------------------------------------------------------------------- index.cu
 // The first out-of-range index a check kernel found on a device, in page-locked host memory
 // mapped into the device (the host reads it after a sync without a copy). flag 0: none yet.
+// Kernels only store to it (atomics on host memory are not portable); which thread reports is
+// decided by an atomic on `claim`, an int in device memory that the host clears after reading.
 struct DeviceIndexError {
   int flag;
   int site;  // which check (op, operand, size: device_checks.cpp)
   long long value;
 };
-// Sets *error (if still clear) when a value of index[0, n) is outside [0, size) and is not
-// `allowed` (when has_allowed).
+// Reports into *error (once per clearing of *claim) a value of index[0, n) outside [0, size)
+// that is not `allowed` (when has_allowed).
 void launch_check_index_range(const int64_t* index, int64_t n, int64_t size, bool has_allowed,
-                              int64_t allowed, int site, DeviceIndexError* error,
+                              int64_t allowed, int site, int* claim, DeviceIndexError* error,
                               cudaStream_t stream);
 // The kernels below skip indices outside [0, rows) / [0, dim_size) (gathers write zeros), so an
 // index the check has flagged but not yet reported never touches memory outside the operands.

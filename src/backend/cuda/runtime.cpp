@@ -98,6 +98,8 @@ void init_device(DeviceState& s, int index) {
   void* on_device = nullptr;
   GRADUS_CUDA_CHECK("cuda init", cudaHostGetDevicePointer(&on_device, record, 0));
   s.index_error_on_device = static_cast<DeviceIndexError*>(on_device);
+  GRADUS_CUDA_CHECK("cuda init", cudaMalloc(&s.index_error_claim, sizeof(int)));
+  GRADUS_CUDA_CHECK("cuda init", cudaMemset(s.index_error_claim, 0, sizeof(int)));
   s.ready.store(true);
 }
 

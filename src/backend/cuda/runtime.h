@@ -78,6 +78,7 @@ struct DeviceState {
   // `index_error` for the host, `index_error_on_device` for kernels).
   DeviceIndexError* index_error = nullptr;
   DeviceIndexError* index_error_on_device = nullptr;
+  int* index_error_claim = nullptr;  // device memory: set by the reporting thread
 };
 
 // Number of visible devices; 0 (never an error) without a driver or GPU.
@@ -96,8 +97,9 @@ void set_thread_stream(int index, cudaStream_t stream);
 
 // ---- the host's waits on the device (device_checks.cpp) ----
 // Every wait is counted (gradus::cuda::host_syncs(): a training step after warm-up should make
-// none), then raises the IndexError of an index a device check found out of range since the last
-// wait, if any. `op` names the caller in a CUDA error.
+// none). Waits on a stream or a device then raise the IndexError of an index a device check
+// found out of range since the last such wait, if any (an event wait does not: events also order
+// internal work). `op` names the caller in a CUDA error.
 void wait_stream(cudaStream_t stream, int device, const char* op);
 void wait_device(int device, const char* op);
 void wait_event(cudaEvent_t event, const char* op);
