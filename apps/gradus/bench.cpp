@@ -15,6 +15,7 @@
 #include "gradus/nn/models.h"
 #include "gradus/optim/adam.h"
 #include "run_monitor.h"
+#include "step_graph.h"
 #include "timing.h"
 
 namespace gradus::cli {
@@ -76,7 +77,7 @@ std::string bench_model_name(const std::string& model) {
 StepTiming time_training_step(const std::string& model_name, int64_t batch_size, Device device,
                               int warmup, int steps, int repeats,
                               std::optional<DType> amp = std::nullopt,
-                              monitor::DeviceMonitor* monitor = nullptr) {
+                              monitor::DeviceMonitor* monitor = nullptr, bool cuda_graph = false) {
   StepTiming result;
   result.model = nn::make_model(model_name);
   nn::Module& model = *result.model;
@@ -93,11 +94,11 @@ StepTiming time_training_step(const std::string& model_name, int64_t batch_size,
     ys.push_back(randint(0, 10, {batch_size}, {DType::i64, device}));
   }
   size_t next = 0;
-  auto step = [&] {
-    const Tensor& x = xs[next % xs.size()];
-    const Tensor& y = ys[next % ys.size()];
-    ++next;
-    optimizer.zero_grad();
+  // --cuda-graph: as `gradus train --cuda-graph` runs it (step_graph.h).
+  if (cuda_graph) optimizer.set_capturable(true);
+  StepGraph graph(cuda_graph, kGraphWarmupSteps, "gradus bench");
+  auto train_step = [&](const Tensor& x, const Tensor& y) {
+    optimizer.zero_grad(/*set_to_none=*/!cuda_graph);
     Tensor loss;
     {
       amp::Autocast autocast(amp.value_or(DType::bf16), amp.has_value());
@@ -106,8 +107,16 @@ StepTiming time_training_step(const std::string& model_name, int64_t batch_size,
     scaler.scale(loss).backward();
     scaler.step(optimizer);
     scaler.update();
-    return loss.item();  // waits for the device
+    return loss;
   };
+  auto step = [&] {
+    const Tensor& x = xs[next % xs.size()];
+    const Tensor& y = ys[next % ys.size()];
+    ++next;
+    return graph.run(x, y, train_step).item();  // waits for the device
+  };
+  // The capture itself is not timed.
+  if (cuda_graph) warmup = std::max<int>(warmup, static_cast<int>(kGraphWarmupSteps) + 2);
   const std::vector<double> times = time_steps(
       warmup, steps, repeats, [&] { result.last_loss = step(); },
       [&] {
@@ -225,9 +234,14 @@ int run_bench(const BenchOptions& o) {
 
   const std::string name = bench_model_name(o.model);
   const std::optional<DType> amp = amp_option(o.amp);
+  GRADUS_CHECK(!o.cuda_graph || device.is_cuda(), ValueError,
+               "bench: --cuda-graph needs a CUDA device, and the bench runs on ", device.str());
+  GRADUS_CHECK(!o.cuda_graph || amp != DType::f16, ValueError,
+               "bench: --cuda-graph is not supported with --amp f16 (the loss scaler decides on "
+               "the host whether to skip each step)");
   const std::unique_ptr<monitor::DeviceMonitor> energy = make_energy_monitor(device);
   const StepTiming timing = time_training_step(name, o.batch_size, device, o.warmup, o.steps,
-                                               o.repeats, amp, energy.get());
+                                               o.repeats, amp, energy.get(), o.cuda_graph);
   const nn::Module& model = *timing.model;
   const double ms = timing.median_ms;
   // MLPs are all GEMM: per Linear, forward, backward-data and backward-weight are 2*B*in*out
@@ -247,6 +261,7 @@ int run_bench(const BenchOptions& o) {
                                 {"threads", get_num_threads()},
                                 {"device", device.str()},
                                 {"amp", o.amp},
+                                {"cuda_graph", o.cuda_graph},
                                 {"ms_per_step", ms},
                                 {"ms_per_step_mean", timing.mean_ms},
                                 {"samples_per_s", static_cast<double>(o.batch_size) / (ms * 1e-3)},

@@ -74,6 +74,7 @@ struct TrainOptions {
   int64_t stop_after_steps = 0;  // > 0: checkpoint and stop after this many steps (in total)
   bool detect_anomaly = false;
   bool deterministic = false;
+  bool cuda_graph = false;       // capture the step once and replay it (step_graph.h)
   bool augment = false;          // --augment: crop, flip, normalise on the device (train_augment.h)
   int64_t augment_padding = -1;  // -1: 2 for 28x28 images, 4 for 32x32
   // Data parallelism (docs/design.md, "Distributed"): "" (one process), ddp, ps or zero1.
@@ -142,6 +143,7 @@ struct BenchOptions {
   int64_t gemm = 0;  // > 0: time an NxN GEMM instead of a model
   std::string gemm_dtype = "f32";
   std::string amp = "off";  // off, bf16 or f16: the step under autocast (f16 with loss scaling)
+  bool cuda_graph = false;  // time the step replayed as a CUDA graph (step_graph.h)
   uint64_t seed = 0;
   bool compare_devices = false;  // the three bench models on the CPU and every GPU, as a table
   bool roofline = false;         // GEMM FLOP/s per dtype and copy bandwidth against the peaks

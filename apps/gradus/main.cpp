@@ -239,6 +239,9 @@ void add_train(CLI::App& app, TrainOptions& o) {
               "Check every op's outputs and gradients for NaN/Inf and name the op (slow)");
   c->add_flag("--deterministic", o.deterministic,
               "Forbid nondeterministic kernels (CUDA atomics); the CPU is always deterministic");
+  c->add_flag("--cuda-graph", o.cuda_graph,
+              "Capture the training step as a CUDA graph after warm-up and replay it (fixed "
+              "shapes; a step that cannot be captured runs as usual, with the reason printed)");
   c->add_option("--dist", o.dist,
                 "Data-parallel training over the ranks of mpirun/srun: ddp (all-reduce), ps "
                 "(parameter server on rank 0) or zero1 (sharded optimizer state)")
@@ -302,6 +305,8 @@ void add_bench(CLI::App& app, BenchOptions& o) {
                 "`gradus train --amp`")
       ->check(CLI::IsMember({"off", "bf16", "f16"}))
       ->capture_default_str();
+  c->add_flag("--cuda-graph", o.cuda_graph,
+              "Time the step replayed as a CUDA graph (as `gradus train --cuda-graph`)");
   c->add_option("--gemm-dtype", o.gemm_dtype, "dtype of the --gemm operands: f32, bf16 or f16")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}))
       ->capture_default_str();

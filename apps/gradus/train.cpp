@@ -38,6 +38,7 @@
 #include "progress.h"
 #include "run_monitor.h"
 #include "run_state.h"
+#include "step_graph.h"
 #include "timing.h"
 #include "train_augment.h"
 #include "train_checkpoints.h"
@@ -106,6 +107,17 @@ int run_train_images(const TrainOptions& options) {
   }
 
   check_image_data_options(o);
+  // --cuda-graph replays a step recorded on a GPU; the exchanges of a distributed step and the
+  // f16 scaler's overflow check are host decisions a replay could not repeat.
+  GRADUS_CHECK(!o.cuda_graph || device.is_cuda(), ValueError,
+               "train: --cuda-graph needs a CUDA device, and the run is on ", device.str(),
+               " (--device ", o.device, ")");
+  GRADUS_CHECK(!o.cuda_graph || !distributed, ValueError,
+               "train: --cuda-graph is not supported with --dist (each step exchanges values "
+               "through the host)");
+  GRADUS_CHECK(!o.cuda_graph || o.amp != "f16", ValueError,
+               "train: --cuda-graph is not supported with --amp f16 (the loss scaler decides on "
+               "the host whether to skip each step; --amp bf16 needs no scaler)");
 
   // --amp f16 scales the loss; the scaler's skip decision needs the same gradients on every rank,
   // which only DDP (gradients all-reduced before the step) gives.
@@ -230,6 +242,8 @@ int run_train_images(const TrainOptions& options) {
   const std::string config = run_config_json(o, get_num_threads(), device.str());
   if (!lead) std::freopen("/dev/null", "w", stdout);  // one voice: rank 0 reports
   const StartPoint start = find_start(o, config, *model, scaler, *optimizer, scheduler.get());
+  // A replayed step reads its learning rate and step count from the device.
+  if (o.cuda_graph) optimizer->set_capturable(true);
   Checkpointer checkpoints(o, *model, *optimizer, scheduler.get(), scaler, config, lead);
   if (!start.path.empty()) checkpoints.loaded(start.step, start.position, start.path);
   if (checkpoints.enabled()) install_stop_handlers();
@@ -258,6 +272,7 @@ int run_train_images(const TrainOptions& options) {
   // the metrics line (run_monitor.h); the lead only.
   const std::unique_ptr<monitor::DeviceMonitor> device_monitor =
       lead ? make_run_monitor(device, std::chrono::seconds(1)) : nullptr;
+  StepGraph step_graph(o.cuda_graph, kGraphWarmupSteps, "gradus train");
   EvalResult result;
   bool evaluated = false;
   double first_loss = -1;  // for the divergence warning
@@ -300,14 +315,14 @@ int run_train_images(const TrainOptions& options) {
       }
     };
     DeferredLosses losses(device, o.read_loss_every);
-    for (data::Example& batch : train_loader) {
-      const double lr = optimizer->lr();
-      optimizer->zero_grad();
+    auto train_step = [&](const Tensor& input, const Tensor& target) {
+      // A graph's gradients must stay where the capture found them: zeroed in place.
+      optimizer->zero_grad(/*set_to_none=*/!o.cuda_graph);
       sync_buffers();
       Tensor loss;
       {
         amp::Autocast autocast(amp_dtype.value_or(DType::bf16), amp_dtype.has_value());
-        loss = cross_entropy((*net)(batch.input), batch.target);
+        loss = cross_entropy((*net)(input), target);
       }
       scaler.scale(loss).backward();  // scale() is the loss itself unless --amp f16
       if (server) {
@@ -316,6 +331,11 @@ int run_train_images(const TrainOptions& options) {
         scaler.step(*optimizer);  // skipped when f16 gradients overflowed
       }
       scaler.update();
+      return loss;
+    };
+    for (data::Example& batch : train_loader) {
+      const double lr = optimizer->lr();
+      const Tensor loss = step_graph.run(batch.input, batch.target, train_step);
       if (scheduler) scheduler->step();
       ++step;
       profiler.at_step(step);

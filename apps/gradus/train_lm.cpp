@@ -18,6 +18,7 @@
 #include "gradus/gradus.h"
 #include "profile_cmd.h"
 #include "run_monitor.h"
+#include "step_graph.h"
 #include "timing.h"
 #include "train_outputs.h"
 
@@ -144,6 +145,11 @@ int run_train_lm(const TrainOptions& o) {
   const std::optional<DType> amp = amp_option(o.amp);
   GRADUS_CHECK(amp != DType::f16, ValueError,
                "train: --model gpt supports --amp bf16 (f16 needs loss scaling, not wired here)");
+  GRADUS_CHECK(!o.cuda_graph || device.is_cuda(), ValueError,
+               "train: --cuda-graph needs a CUDA device, and the run is on ", device.str(),
+               " (--device ", o.device, ")");
+  // A replayed step reads its learning rate and step counts from the device.
+  if (o.cuda_graph) optimizer.set_capturable(true);
 
   std::printf(
       "train: gpt (%lld parameters, %lld layers, %lld heads, width %lld, context %lld) on "
@@ -184,10 +190,10 @@ int run_train_lm(const TrainOptions& o) {
   DeferredLosses losses(device, o.read_loss_every);
   auto window_start = Clock::now();
   profiler.at_step(0);
-  for (int64_t step = 0; step < o.iters; ++step) {
-    const double lr = lr_at(step, o);
-    optimizer.set_lr(lr);
-    const auto [x, y] = train_batches.next(device);
+  StepGraph step_graph(o.cuda_graph, kGraphWarmupSteps, "gradus train");
+  auto train_step = [&](const Tensor& x, const Tensor& y) {
+    // A graph's gradients must stay where the capture found them: zeroed in place.
+    optimizer.zero_grad(/*set_to_none=*/!o.cuda_graph);
     Tensor loss;
     {
       amp::Autocast autocast(amp.value_or(DType::bf16), amp.has_value());
@@ -196,7 +202,13 @@ int run_train_lm(const TrainOptions& o) {
     loss.backward();
     if (o.grad_clip > 0) optim::clip_grad_norm(model.trainable_parameters(), o.grad_clip);
     optimizer.step();
-    optimizer.zero_grad();
+    return loss;
+  };
+  for (int64_t step = 0; step < o.iters; ++step) {
+    const double lr = lr_at(step, o);
+    optimizer.set_lr(lr);  // capturable: written to the device, outside any graph
+    const auto [x, y] = train_batches.next(device);
+    const Tensor loss = step_graph.run(x, y, train_step);
     profiler.at_step(step + 1);
     losses.add({step, lr, o.batch_size, loss.detach()});
     const bool last = step + 1 == o.iters;

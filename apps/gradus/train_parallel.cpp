@@ -46,6 +46,7 @@ void check_supported(const TrainOptions& o) {
   refuse(!o.profile.empty(), "--profile");
   refuse(o.stop_after_steps > 0, "--stop-after-steps");
   refuse(o.tp > 1 && !o.save.empty(), "--save with --tp");
+  refuse(o.cuda_graph, "--cuda-graph (each step exchanges activations between ranks)");
 }
 
 // The model, whole on every rank; with --tp the MLP's two hidden layers are split over the tensor

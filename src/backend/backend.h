@@ -169,6 +169,9 @@ struct SgdArgs {
   bool nesterov = false;
   bool maximize = false;
   bool first_step = false;  // momentum buffers are initialised with the gradient
+  // Capturable step (Optimizer::set_capturable): {lr, step} read where the kernel runs, on the
+  // parameters' device, instead of `lr` above; nullptr otherwise.
+  const double* device_scalars = nullptr;
 };
 
 struct AdamArgs {
@@ -177,6 +180,9 @@ struct AdamArgs {
   bool amsgrad = false;
   bool maximize = false;
   int64_t step = 1;  // step number after this update (for bias correction)
+  // Capturable step (Optimizer::set_capturable): {lr, step after this update} read where the
+  // kernel runs, on the parameters' device, instead of `lr` and `step` above; nullptr otherwise.
+  const double* device_scalars = nullptr;
 };
 
 class Backend {

@@ -201,6 +201,25 @@ float Event::elapsed_ms(const Event& end) const {
   return module()->event_elapsed_ms(event_, end.event_);
 }
 
+Graph::Graph(int device) : device_(require("cuda::Graph").resolve(device)) {}
+Graph::~Graph() {
+  if (exec_ != nullptr) module()->graph_destroy(device_, exec_);
+}
+void Graph::capture(const std::function<void()>& fn) {
+  GRADUS_CHECK(exec_ == nullptr, GraphCaptureError,
+               "cuda::Graph::capture: this graph already holds a capture (make a new Graph)");
+  exec_ = module()->graph_capture(device_, fn);
+}
+void Graph::replay() {
+  GRADUS_CHECK(exec_ != nullptr, GraphCaptureError,
+               "cuda::Graph::replay: nothing was captured (call capture first)");
+  module()->graph_replay(device_, exec_);
+}
+bool is_capturing() {
+  Module* m = module();
+  return m != nullptr && m->is_capturing();
+}
+
 void* alloc_pinned(size_t nbytes) {
   return require("cuda::alloc_pinned").alloc_pinned(nbytes);
 }

@@ -31,7 +31,7 @@ class DeviceTimer;
 namespace gradus::cuda::detail {
 
 // Bumped whenever Module changes, so a stale module is refused instead of misread.
-inline constexpr int kModuleAbi = 2;
+inline constexpr int kModuleAbi = 3;
 
 class Module {
  public:
@@ -66,6 +66,12 @@ class Module {
   virtual void event_synchronize(void* event) = 0;
   virtual bool event_query(void* event) = 0;
   virtual float event_elapsed_ms(void* start, void* end) = 0;
+
+  // Graph::capture: returns the instantiated graph (cudaGraphExec_t).
+  virtual void* graph_capture(int device, const std::function<void()>& fn) = 0;
+  virtual void graph_replay(int device, void* exec) = 0;
+  virtual void graph_destroy(int device, void* exec) = 0;
+  virtual bool is_capturing() = 0;
 
   virtual void* alloc_pinned(size_t nbytes) = 0;
   virtual void free_pinned(void* ptr) = 0;

@@ -71,6 +71,7 @@ void Adam::set_options(size_t group, const AdamOptions& o) {
   options(group);  // range check
   validate(o);
   options_[group] = o;
+  write_device_lr(group, o.lr);  // capturable mode only
 }
 
 std::map<std::string, double> Adam::group_options(size_t group) const {
@@ -115,15 +116,20 @@ void Adam::step() {
     const AdamOptions& o = options_[g];
     // Bias correction depends on each parameter's own step count (a parameter that had no
     // gradient on some steps lags behind), so parameters are bucketed by their next step.
-    auto buckets = detail::make_buckets(type_name(), groups_[g],
-                                        [&](size_t i) -> int64_t { return state_[g][i].step + 1; });
+    // Capturable mode counts steps per group on the device: one bucket, one count.
+    auto buckets = detail::make_buckets(type_name(), groups_[g], [&](size_t i) -> int64_t {
+      return capturable() ? 0 : state_[g][i].step + 1;
+    });
+    const double* device_scalars =
+        capturable() && !buckets.empty() ? advance_device_step(g) : nullptr;
     for (auto& b : buckets) {
       std::vector<Tensor> exp_avg, exp_avg_sq, max_exp_avg_sq;
       for (size_t i : b.indices) {
         exp_avg.push_back(state_tensor(g, i, "exp_avg"));
         exp_avg_sq.push_back(state_tensor(g, i, "exp_avg_sq"));
         if (o.amsgrad) max_exp_avg_sq.push_back(state_tensor(g, i, "max_exp_avg_sq"));
-        state_[g][i].step = b.key;
+        // Capturable: the device's count rules (state_dict reads it); this one counts calls.
+        state_[g][i].step = device_scalars != nullptr ? state_[g][i].step + 1 : b.key;
       }
       backend::AdamArgs args;
       args.lr = o.lr;
@@ -135,6 +141,7 @@ void Adam::step() {
       args.amsgrad = o.amsgrad;
       args.maximize = o.maximize;
       args.step = b.key;
+      args.device_scalars = device_scalars;
       backend::backend_for(b.device.type())
           .adam_step(b.params, b.grads, exp_avg, exp_avg_sq, max_exp_avg_sq, args);
       b.finish();

@@ -83,11 +83,77 @@ Tensor& Optimizer::state_tensor(size_t group, size_t index, const std::string& n
   return it->second;
 }
 
+// ----------------------------------------------------------------------------------- capturable
+void Optimizer::set_capturable(bool on) {
+  NoGradGuard no_grad;
+  if (!on) {
+    if (!capturable()) return;
+    const std::vector<int64_t> steps = device_steps();
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      for (ParamState& st : state_[g]) {
+        if (st.step != 0 || !st.tensors.empty()) st.step = steps[g];
+      }
+    }
+    device_scalars_.clear();
+    return;
+  }
+  set_capturable(false);  // again: the counts come back from the device first
+  const std::string op = std::string(type_name()) + "::set_capturable";
+  std::vector<Tensor> scalars;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const Device device = groups_[g].front().device();
+    int64_t step = -1;
+    for (size_t i = 0; i < groups_[g].size(); ++i) {
+      GRADUS_CHECK(groups_[g][i].device() == device, ValueError, op, ": param group ", g,
+                   " spans devices (", device.str(), " and ", groups_[g][i].device().str(),
+                   "); a capturable group keeps its learning rate and step count on one device");
+      const ParamState& st = state_[g][i];
+      if (st.tensors.empty() && st.step == 0) continue;  // not stepped yet
+      GRADUS_CHECK(step < 0 || st.step == step, ValueError, op, ": the parameters of group ", g,
+                   " are at different steps (", step, " and ", st.step, " for parameter ", i,
+                   "); a capturable group counts steps once for all its parameters");
+      step = st.step;
+    }
+    // {lr, step, 1}: the 1 is what the step adds to the count on the device.
+    scalars.push_back(tensor({group_lr(g), static_cast<double>(std::max<int64_t>(step, 0)), 1.0},
+                             {3}, {.dtype = DType::f64, .device = device}));
+  }
+  device_scalars_ = std::move(scalars);
+}
+
+void Optimizer::write_device_lr(size_t group, double lr) {
+  if (!capturable()) return;
+  NoGradGuard no_grad;
+  device_scalars_[group].narrow(0, 0, 1).fill_(lr);
+}
+
+const double* Optimizer::advance_device_step(size_t group) {
+  NoGradGuard no_grad;
+  const Tensor& s = device_scalars_[group];
+  for (const Tensor& p : groups_[group]) {
+    GRADUS_CHECK(p.device() == s.device(), ValueError, type_name(), ": a parameter moved to ",
+                 p.device().str(), " after set_capturable(true) put ", "param group ", group,
+                 "'s learning rate and step on ", s.device().str(),
+                 "; call set_capturable(true) again after moving the model");
+  }
+  s.narrow(0, 1, 1).add_(s.narrow(0, 2, 1));
+  return static_cast<const double*>(s.raw_data());
+}
+
+std::vector<int64_t> Optimizer::device_steps() const {
+  std::vector<int64_t> steps;
+  for (const Tensor& s : device_scalars_) {
+    steps.push_back(static_cast<int64_t>(s.to_vector<double>()[1]));
+  }
+  return steps;
+}
+
 // ------------------------------------------------------------------------------------ state_dict
 OptimizerState Optimizer::state_dict() const {
   OptimizerState out;
   out.type = type_name();
   size_t index = 0;
+  const std::vector<int64_t> group_steps = capturable() ? device_steps() : std::vector<int64_t>{};
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string prefix = "param_groups." + std::to_string(g) + ".";
     for (const auto& [k, v] : group_options(g)) out.scalars[prefix + k] = v;
@@ -96,7 +162,7 @@ OptimizerState Optimizer::state_dict() const {
       const ParamState& st = state_[g][i];
       if (st.step == 0 && st.tensors.empty()) continue;
       const std::string sp = "state." + std::to_string(index) + ".";
-      out.scalars[sp + "step"] = static_cast<double>(st.step);
+      out.scalars[sp + "step"] = static_cast<double>(capturable() ? group_steps[g] : st.step);
       for (const auto& [name, t] : st.tensors) out.tensors[sp + name] = t;
     }
   }
@@ -189,6 +255,10 @@ void Optimizer::load_state_dict(const OptimizerState& sd) {
     throw;
   }
   state_ = std::move(fresh);
+  if (capturable()) {  // the loaded counts and learning rates go to the device
+    device_scalars_.clear();
+    set_capturable(true);
+  }
 }
 
 // ----------------------------------------------------------------------------------- bucketing

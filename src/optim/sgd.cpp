@@ -52,6 +52,7 @@ void SGD::set_options(size_t group, const SGDOptions& o) {
   options(group);  // range check
   validate(o);
   options_[group] = o;
+  write_device_lr(group, o.lr);  // capturable mode only
 }
 
 std::map<std::string, double> SGD::group_options(size_t group) const {
@@ -96,8 +97,11 @@ void SGD::step() {
     auto buckets = detail::make_buckets("SGD", groups_[g], [&](size_t i) -> int64_t {
       return use_momentum && state_[g][i].tensors.count("momentum_buffer") == 0 ? 1 : 0;
     });
+    const double* device_scalars =
+        capturable() && !buckets.empty() ? advance_device_step(g) : nullptr;
     for (auto& b : buckets) {
       backend::SgdArgs args;
+      args.device_scalars = device_scalars;
       args.lr = o.lr;
       args.momentum = o.momentum;
       args.dampening = o.dampening;
@@ -108,7 +112,7 @@ void SGD::step() {
       std::vector<Tensor> buffers;  // empty without momentum
       if (use_momentum)
         for (size_t i : b.indices) buffers.push_back(state_tensor(g, i, "momentum_buffer"));
-      for (size_t i : b.indices) ++state_[g][i].step;
+      for (size_t i : b.indices) ++state_[g][i].step;  // capturable: the device's count rules
       backend::backend_for(b.device.type()).sgd_step(b.params, b.grads, buffers, args);
       b.finish();
     }

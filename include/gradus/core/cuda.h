@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -138,6 +139,46 @@ class Event {
   int device_;
   void* event_ = nullptr;
 };
+
+// A CUDA graph: a region of this thread's GPU work recorded once and replayed with one launch,
+// which removes the host's per-kernel launch cost (the whole of a small model's step).
+//
+// What a replay does is exactly what was recorded: the same kernels with the same arguments on the
+// same memory. So the captured region must
+//   * see its inputs in tensors made before the capture (copy each new batch into them first) and
+//     leave its results in tensors made before it (copy_ the loss into one); tensors created
+//     inside are the graph's own memory and must be gone when the region ends;
+//   * read nothing back to the host (item(), to_vector(), printing a tensor), since no host code
+//     runs during a replay;
+//   * draw no random numbers (dropout): they would be the numbers drawn at capture, every time;
+//   * take its changing scalars from device memory: an optimizer in capturable mode
+//     (Optimizer::set_capturable) reads its learning rate and step count there.
+// Run the region eagerly once or more first (warm-up): gradients, optimizer state and library
+// workspaces are then allocated, and the capture only records.
+class Graph {
+ public:
+  explicit Graph(int device = -1);
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // Records the GPU work that fn queues on the device instead of running it: nothing runs during
+  // a capture. The capture uses a stream of its own, so other threads' work is not recorded.
+  // Throws GraphCaptureError, with nothing captured, when fn queues work a graph cannot replay
+  // (named in the message), throws, or leaves tensors created inside it alive. A graph captures
+  // once.
+  void capture(const std::function<void()>& fn);
+  // Queues the recorded work on the calling thread's current stream of the device.
+  void replay();
+  bool captured() const { return exec_ != nullptr; }
+
+ private:
+  int device_;
+  void* exec_ = nullptr;
+};
+
+// Whether the calling thread is inside Graph::capture.
+bool is_capturing();
 
 // Page-locked host memory (fast, asynchronous transfers). alloc_pinned throws DeviceError
 // without a CUDA device; is_pinned is then false.

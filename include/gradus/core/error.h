@@ -33,6 +33,11 @@ class IOError : public Error {
 class OutOfMemoryError : public Error {
   using Error::Error;
 };
+// A CUDA graph capture (cuda::Graph::capture) met work that a graph cannot replay: a read back to
+// the host, new random numbers, tensors created inside the captured region that outlive it.
+class GraphCaptureError : public Error {
+  using Error::Error;
+};
 // Raised by autograd: a saved tensor was modified in place, backward through a freed graph, ...
 class AutogradError : public Error {
   using Error::Error;

@@ -68,6 +68,19 @@ class Optimizer {
   // The state of parameter `index` of `group` (empty until its first step).
   const ParamState& state(size_t group, size_t index) const;
 
+  // Capturable mode, for steps replayed by a CUDA graph (cuda::Graph, `gradus train
+  // --cuda-graph`). A graph replays its kernels with the arguments they had at capture, so a
+  // learning rate or step count passed from the host would stay frozen. In this mode each group
+  // keeps {lr, step} in a small float64 tensor on its parameters' device, which the step's kernels
+  // read: set_lr / set_group_lr / a scheduler write it (call them outside the captured region),
+  // and the step advances the count on the device. The step count then is per group (a parameter
+  // without a gradient at some step counts it anyway), and state().step is not updated;
+  // state_dict() reads the counts from the device (one wait). Turning it on needs each group on
+  // one device, with its parameters at one step count; turning it off writes the counts back.
+  // Throws ValueError naming the group otherwise.
+  void set_capturable(bool on);
+  bool capturable() const { return !device_scalars_.empty(); }
+
   OptimizerState state_dict() const;
   // Restores hyperparameters, step counts and state tensors (copied to each parameter's device
   // and dtype). Throws ValueError when the type, group count, parameter counts or keys do not
@@ -89,8 +102,21 @@ class Optimizer {
   Tensor& state_tensor(size_t group, size_t index, const std::string& name,
                        bool* created = nullptr);
 
+  // Capturable mode: writes a group's learning rate into its device scalars (the subclasses'
+  // set_group_lr and set_group_options call it), and advances the group's step count on the
+  // device, returning the {lr, step} pointer the kernels read.
+  void write_device_lr(size_t group, double lr);
+  const double* advance_device_step(size_t group);
+
   std::vector<std::vector<Tensor>> groups_;
   std::vector<std::vector<ParamState>> state_;
+
+ private:
+  // Each group's step count, read from the device (capturable mode).
+  std::vector<int64_t> device_steps() const;
+
+  std::vector<Tensor>
+      device_scalars_;  // per group {lr, step, 1} (float64); empty unless capturable
 };
 
 }  // namespace gradus::optim

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "backend/common/optim_math.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/loops.h"
 
@@ -88,15 +89,14 @@ enum class WeightDecay { none, l2, decoupled };
 template <typename T, bool kAmsgrad, WeightDecay kDecay>
 void adam_chunk(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v,
                 T* __restrict vmax, int64_t n, const AdamArgs& a) {
-  const double step = static_cast<double>(a.step);
-  const double bias1 = 1.0 - std::pow(a.beta1, step);
-  const double bias2_sqrt = std::sqrt(1.0 - std::pow(a.beta2, step));
-  const T neg_step_size = static_cast<T>(-(a.lr / bias1));
-  const T bc2 = static_cast<T>(bias2_sqrt), eps = static_cast<T>(a.eps);
+  const AdamCoefficients k =
+      adam_coefficients(a.lr, static_cast<double>(a.step), a.beta1, a.beta2, a.weight_decay);
+  const T neg_step_size = static_cast<T>(k.neg_step_size);
+  const T bc2 = static_cast<T>(k.bias2_sqrt), eps = static_cast<T>(a.eps);
   const T w1 = static_cast<T>(1.0 - a.beta1), b2 = static_cast<T>(a.beta2);
   const T one_minus_b2 = static_cast<T>(1.0 - a.beta2);
   const T wd = static_cast<T>(a.weight_decay);
-  const T decoupled_scale = static_cast<T>(1.0 - a.lr * a.weight_decay);
+  const T decoupled_scale = static_cast<T>(k.decoupled_scale);
   const bool small_w = std::fabs(1.0 - a.beta1) < 0.5;  // torch.lerp's two formulas
   const T sign = a.maximize ? T(-1) : T(1);
   for (int64_t i = 0; i < n; ++i) {
@@ -133,8 +133,10 @@ void adam_chunk_for(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const Adam
 }  // namespace
 
 void CpuBackend::sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                          const std::vector<Tensor>& momentum_buffers, const SgdArgs& args) {
+                          const std::vector<Tensor>& momentum_buffers, const SgdArgs& sgd_args) {
   check_params("sgd_step", params);
+  SgdArgs args = sgd_args;
+  if (args.device_scalars != nullptr) args.lr = args.device_scalars[0];  // capturable
   int64_t total;
   const std::vector<Chunk> chunks = make_chunks(params, total);
   const bool use_buf = args.momentum != 0.0;
@@ -160,8 +162,13 @@ void CpuBackend::sgd_step(const std::vector<Tensor>& params, const std::vector<T
 void CpuBackend::adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                            const std::vector<Tensor>& exp_avg,
                            const std::vector<Tensor>& exp_avg_sq,
-                           const std::vector<Tensor>& max_exp_avg_sq, const AdamArgs& args) {
+                           const std::vector<Tensor>& max_exp_avg_sq, const AdamArgs& adam_args) {
   check_params("adam_step", params);
+  AdamArgs args = adam_args;
+  if (args.device_scalars != nullptr) {  // capturable: {lr, step} in memory
+    args.lr = args.device_scalars[0];
+    args.step = static_cast<int64_t>(args.device_scalars[1]);
+  }
   int64_t total;
   const std::vector<Chunk> chunks = make_chunks(params, total);
   const bool ams = args.amsgrad && !max_exp_avg_sq.empty();

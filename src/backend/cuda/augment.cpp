@@ -7,6 +7,9 @@
 namespace gradus::backend::cuda {
 
 void CudaBackend::augment_images(const Tensor& x, const Tensor& out, const ImageAugmentArgs& args) {
+  refuse_in_capture(
+      "image augmentation (its crops and flips are drawn at each call; a replay would repeat "
+      "those drawn at capture: augment the batch before copying it into the graph's input)");
   if (out.numel() == 0) return;
   const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
   // Grid x counts planes; the kernel indexes a plane with 32-bit ints.

@@ -80,6 +80,16 @@ void raise_one(const DeviceState& s) {
       "GRADUS_CUDA_SYNC_CHECKS=1 raises it at the op instead)"));
 }
 
+// No host code runs while a graph replays, so a value read back during a capture would be the
+// one of the capture (and the wait itself invalidates it).
+void refuse_host_wait(const char* op) {
+  if (capturing_device() < 0) return;
+  refuse_in_capture(detail::str_cat(op,
+                                    " waits for the GPU (a value read back to the host, such "
+                                    "as item(), or a synchronize), which")
+                        .c_str());
+}
+
 }  // namespace
 
 void count_host_sync() noexcept {
@@ -101,18 +111,21 @@ void raise_device_errors(int device) {
 }
 
 void wait_stream(cudaStream_t stream, int device, const char* op) {
+  refuse_host_wait(op);
   count_host_sync();
   GRADUS_CUDA_CHECK(op, cudaStreamSynchronize(stream));
   raise_device_errors(device);
 }
 
 void wait_device(int device, const char* op) {
+  refuse_host_wait(op);
   count_host_sync();
   GRADUS_CUDA_CHECK(op, cudaDeviceSynchronize());
   raise_device_errors(device);
 }
 
 void wait_event(cudaEvent_t event, const char* op) {
+  refuse_host_wait(op);
   count_host_sync();
   GRADUS_CUDA_CHECK(op, cudaEventSynchronize(event));
   // No index errors raised here: events also order internal work (the loader's host buffers,

@@ -96,7 +96,20 @@ void CudaBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& inde
 }
 
 // ------------------------------------------------------------------------------- random
+namespace {
+// The random stream's position is a kernel argument from the host's generator: a graph would
+// replay the numbers drawn at capture every time.
+void refuse_random_in_capture(const char* op) {
+  if (capturing_device() < 0) return;
+  refuse_in_capture(detail::str_cat(op,
+                                    " (it draws new random numbers at each call; a replay "
+                                    "would repeat those drawn at capture)")
+                        .c_str());
+}
+}  // namespace
+
 void CudaBackend::uniform(const Tensor& out, PhiloxState state, double lo, double hi) {
+  refuse_random_in_capture("a uniform random fill");
   if (out.numel() == 0) return;
   DeviceGuard guard(out);
   into_contiguous(*this, out, [&](const Tensor& o) {
@@ -106,6 +119,7 @@ void CudaBackend::uniform(const Tensor& out, PhiloxState state, double lo, doubl
 }
 
 void CudaBackend::normal(const Tensor& out, PhiloxState state, double mean, double std) {
+  refuse_random_in_capture("a normal random fill");
   if (out.numel() == 0) return;
   DeviceGuard guard(out);
   into_contiguous(*this, out, [&](const Tensor& o) {
@@ -115,6 +129,7 @@ void CudaBackend::normal(const Tensor& out, PhiloxState state, double mean, doub
 }
 
 void CudaBackend::bernoulli(const Tensor& out, const Tensor& p, PhiloxState state) {
+  refuse_random_in_capture("bernoulli");
   if (out.numel() == 0) return;
   DeviceGuard guard(out);
   cudaStream_t stream = stream_of(out.device().index());
@@ -130,6 +145,7 @@ void CudaBackend::bernoulli(const Tensor& out, const Tensor& p, PhiloxState stat
 
 void CudaBackend::dropout(const Tensor& x, double p, PhiloxState state, const Tensor& out,
                           const Tensor& mask) {
+  refuse_random_in_capture("dropout");
   if (out.numel() == 0) return;
   DeviceGuard guard(out);
   const Tensor xc = contiguous_as(*this, x, out.dtype());

@@ -57,6 +57,12 @@ class CudaModule final : public detail::Module {
   void event_synchronize(void* event) override;
   bool event_query(void* event) override;
   float event_elapsed_ms(void* start, void* end) override;
+  void* graph_capture(int device, const std::function<void()>& fn) override {
+    return rt::capture_graph(device, fn);
+  }
+  void graph_replay(int device, void* exec) override { rt::replay_graph(device, exec); }
+  void graph_destroy(int device, void* exec) override { rt::destroy_graph(device, exec); }
+  bool is_capturing() override { return rt::capturing_device() >= 0; }
   void* alloc_pinned(size_t nbytes) override;
   void free_pinned(void* ptr) override { cudaFreeHost(ptr); }
   bool is_pinned(const void* ptr) override;

@@ -392,6 +392,11 @@ void check_head(const Tensor& q, const Tensor& v) {
 // interface) are staged through contiguous copies.
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                             const Tensor& lse, const AttentionArgs& args) {
+  if (args.dropout_p > 0) {
+    refuse_in_capture(
+        "attention dropout (it draws a new mask at each call; a replay would repeat the mask "
+        "drawn at capture)");
+  }
   if (out.numel() == 0) return;
   check_head(q, v);
   DeviceGuard guard(out);

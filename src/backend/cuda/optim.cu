@@ -3,6 +3,7 @@
 // the CPU backend's (src/backend/cpu/optimizer.cpp) operation by operation, with products and
 // sums rounded separately (no FMA contraction), so float32 / float64 steps match it bit for bit.
 // 16-bit parameters compute in float. Gradients and states may have their own dtypes.
+#include "backend/common/optim_math.h"
 #include "backend/cuda/common.cuh"
 
 namespace gradus::backend::cuda {
@@ -63,6 +64,7 @@ template <typename C>
 struct SgdScalars {
   C lr, wd, mom, damp, sign;
   bool decay, first, nesterov;
+  const double* device_scalars;  // capturable: {lr, step} in device memory, else nullptr
 };
 
 template <typename P>
@@ -71,6 +73,7 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(TensorList l, SgdScalars<
   int t;
   int64_t begin, end;
   if (!locate(l, t, begin, end)) return;
+  if (a.device_scalars != nullptr) a.lr = static_cast<C>(-a.device_scalars[0]);
   P* p = static_cast<P*>(l.param[t]);
   const void* g = l.grad[t];
   void* buf = l.state1[t];
@@ -91,6 +94,10 @@ template <typename C>
 struct AdamScalars {
   C neg_step_size, bc2, eps, w1, b2, one_minus_b2, wd, decoupled_scale, sign;
   bool l2, decoupled, small_w, amsgrad;
+  // Capturable: {lr, step} in device memory, from which the first three are computed here (the
+  // host's formula, backend/common/optim_math.h); nullptr otherwise.
+  const double* device_scalars;
+  double beta1, beta2, weight_decay;
 };
 
 template <typename P>
@@ -99,6 +106,13 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(TensorList l, AdamScalar
   int t;
   int64_t begin, end;
   if (!locate(l, t, begin, end)) return;
+  if (a.device_scalars != nullptr) {
+    const AdamCoefficients k = adam_coefficients(a.device_scalars[0], a.device_scalars[1],
+                                                 a.beta1, a.beta2, a.weight_decay);
+    a.neg_step_size = static_cast<C>(k.neg_step_size);
+    a.bc2 = static_cast<C>(k.bias2_sqrt);
+    a.decoupled_scale = static_cast<C>(k.decoupled_scale);
+  }
   P* p = static_cast<P*>(l.param[t]);
   const void* g = l.grad[t];
   void* m = l.state1[t];
@@ -149,6 +163,7 @@ void launch_sgd(const TensorList& l, const SgdArgs& args, cudaStream_t stream) {
     a.decay = args.weight_decay != 0.0;
     a.first = args.first_step;
     a.nesterov = args.nesterov;
+    a.device_scalars = args.device_scalars;
     sgd_kernel<P><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(l, a);
   });
   GRADUS_CUDA_CHECK_LAUNCH("sgd_step");
@@ -157,26 +172,29 @@ void launch_sgd(const TensorList& l, const SgdArgs& args, cudaStream_t stream) {
 void launch_adam(const TensorList& l, const AdamArgs& args, cudaStream_t stream) {
   const int blocks = l.chunk_start[l.count];
   if (blocks == 0) return;
-  const double step = static_cast<double>(args.step);
-  const double bias1 = 1.0 - std::pow(args.beta1, step);
-  const double bias2_sqrt = std::sqrt(1.0 - std::pow(args.beta2, step));
+  const AdamCoefficients k = adam_coefficients(args.lr, static_cast<double>(args.step), args.beta1,
+                                               args.beta2, args.weight_decay);
   dispatch_param(l.param_dtype, [&](auto tag) {
     using P = decltype(tag);
     using C = compute_t<P>;
     AdamScalars<C> a{};
-    a.neg_step_size = static_cast<C>(-(args.lr / bias1));
-    a.bc2 = static_cast<C>(bias2_sqrt);
+    a.neg_step_size = static_cast<C>(k.neg_step_size);
+    a.bc2 = static_cast<C>(k.bias2_sqrt);
     a.eps = static_cast<C>(args.eps);
     a.w1 = static_cast<C>(1.0 - args.beta1);
     a.b2 = static_cast<C>(args.beta2);
     a.one_minus_b2 = static_cast<C>(1.0 - args.beta2);
     a.wd = static_cast<C>(args.weight_decay);
-    a.decoupled_scale = static_cast<C>(1.0 - args.lr * args.weight_decay);
+    a.decoupled_scale = static_cast<C>(k.decoupled_scale);
     a.sign = args.maximize ? C(-1) : C(1);
     a.l2 = args.weight_decay != 0.0 && !args.decoupled_weight_decay;
     a.decoupled = args.weight_decay != 0.0 && args.decoupled_weight_decay;
     a.small_w = std::fabs(1.0 - args.beta1) < 0.5;
     a.amsgrad = args.amsgrad;
+    a.device_scalars = args.device_scalars;
+    a.beta1 = args.beta1;
+    a.beta2 = args.beta2;
+    a.weight_decay = args.weight_decay;
     adam_kernel<P><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(l, a);
   });
   GRADUS_CUDA_CHECK_LAUNCH("adam_step");

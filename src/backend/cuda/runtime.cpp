@@ -213,6 +213,7 @@ void* pool_allocate(size_t nbytes, int device, cudaStream_t stream, const char* 
   while (now > peak && !s.peak_allocated.compare_exchange_weak(peak, now)) {
   }
   s.num_allocs.fetch_add(1);
+  capture_note_allocation(ptr, nbytes, device);
   return ptr;
 }
 
@@ -249,8 +250,10 @@ struct CudaStreamApi {
 
 void pool_free(void* ptr, size_t nbytes, int device, const StreamUses& uses) noexcept {
   if (ptr == nullptr) return;
+  if (capture_defers_free(ptr, nbytes, device)) return;  // freed when the capture ends
   DeviceState& s = states()[device];
   s.allocated.fetch_sub(nbytes);
+  if (graph_memory_orphaned(ptr)) return;  // a failed capture's graph memory: never real
   int current = -1;
   if (cudaGetDevice(&current) != cudaSuccess) {
     cudaGetLastError();

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -79,6 +80,10 @@ struct DeviceState {
   DeviceIndexError* index_error = nullptr;
   DeviceIndexError* index_error_on_device = nullptr;
   int* index_error_claim = nullptr;  // device memory: set by the reporting thread
+
+  // Graph captures (graph.cpp) record on a stream of their own, one capture at a time.
+  std::mutex capture_mu;
+  cudaStream_t capture_stream = nullptr;
 };
 
 // Number of visible devices; 0 (never an error) without a driver or GPU.
@@ -109,6 +114,23 @@ uint64_t host_syncs() noexcept;
 // Raises (and clears) the index error a device check recorded on `device`; on every device
 // initialised so far when device is -1.
 void raise_device_errors(int device);
+
+// ---- CUDA graphs (graph.cpp) ----
+// Records fn's work on `device` into an instantiated graph (cudaGraphExec_t); see cuda::Graph.
+void* capture_graph(int device, const std::function<void()>& fn);
+void replay_graph(int device, void* exec);
+void destroy_graph(int device, void* exec) noexcept;
+// The device the calling thread is capturing on, or -1.
+int capturing_device() noexcept;
+// Throws GraphCaptureError when the calling thread is capturing: `what` cannot be replayed.
+void refuse_in_capture(const char* what);
+// The allocator's part in a capture (pool_allocate / pool_free on the capturing thread): blocks
+// allocated during it are the graph's, to be freed inside it; a block from before it that is freed
+// during it is handed to `defer` (freed after the capture, since a graph cannot free memory it
+// did not allocate). Blocks of a failed capture's graph are never freed (graph_memory_orphaned).
+void capture_note_allocation(void* ptr, size_t nbytes, int device) noexcept;
+bool capture_defers_free(void* ptr, size_t nbytes, int device) noexcept;
+bool graph_memory_orphaned(void* ptr) noexcept;
 
 // Makes `index` the calling thread's current device for the guard's lifetime.
 class DeviceGuard {
