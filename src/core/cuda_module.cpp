@@ -216,6 +216,7 @@ void Graph::replay() {
   module()->graph_replay(device_, exec_);
 }
 bool is_capturing() {
+  if (detail::no_driver()) return false;
   Module* m = module();
   return m != nullptr && m->is_capturing();
 }
