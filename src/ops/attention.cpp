@@ -1,5 +1,6 @@
 // Scaled dot-product attention (one fused kernel per backend, see backend.h's AttentionArgs) and
 // the masking helpers attention code needs: masked_fill, tril, triu.
+#include <array>
 #include <cmath>
 
 #include "ops/autocast.h"
@@ -51,6 +52,33 @@ Buffer new_like(const Tensor& like, const Shape& shape, int64_t width) {
   const Tensor user =
       shape.size() == 4 ? bhtd : storage.as_strided_raw(shape, contiguous_strides(shape), 0);
   return {bhtd, user};
+}
+
+// True when q, k and v are the heads of one [B, T, 3C] projection split in three (the layout of a
+// transformer's c_attn output): one storage, the same [B, H, T, D] strides with rows 3C apart and
+// k, v starting C and 2C after q. Their gradients then go into one [B, T, 3C] buffer, which the
+// split's backward takes as it is instead of concatenating three.
+bool packed_projection(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (q.dim() != 4 || k.sizes() != q.sizes() || v.sizes() != q.sizes()) return false;
+  if (k.impl()->storage().get() != q.impl()->storage().get() ||
+      v.impl()->storage().get() != q.impl()->storage().get()) {
+    return false;
+  }
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3), c = h * d;
+  const Shape strides{t * 3 * c, d, 3 * c, 1};
+  return b > 0 && t > 0 && c > 0 && q.strides() == strides && k.strides() == strides &&
+         v.strides() == strides && k.offset() == q.offset() + c && v.offset() == q.offset() + 2 * c;
+}
+
+// Gradient buffers for the packed q, k, v above: three [B, H, T, D] views of one [B, T, 3C].
+std::array<Tensor, 3> new_packed_grads(const Tensor& q) {
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3), c = h * d;
+  const Tensor storage = new_empty({b, t, 3 * c}, q.dtype(), q.device());
+  std::array<Tensor, 3> views;
+  for (int64_t i = 0; i < 3; ++i) {
+    views[static_cast<size_t>(i)] = storage.as_strided_raw(q.sizes(), q.strides(), i * c);
+  }
+  return views;
 }
 
 int64_t check_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
@@ -126,12 +154,19 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   return record("scaled_dot_product_attention", out.user, {q, k, v},
                 [args, sq = SavedTensor(q4), sk = SavedTensor(k4), sv = SavedTensor(v4),
                  so = SavedTensor(out.bhtd), sl = SavedTensor(lse), qs = q.sizes(), ks = k.sizes(),
-                 vs = v.sizes()](const TensorList& g, const NeedsGrad&) {
+                 vs = v.sizes(), packed = q.dim() == 4 && packed_projection(q4, k4, v4)](
+                    const TensorList& g, const NeedsGrad&) {
                   const Tensor qv = sq.get(), kv = sk.get(), vv = sv.get();
+                  const Tensor go = as_bhtd(cast_raw(g[0], qv.dtype()));
+                  if (packed) {  // the 4-D views are the user's tensors
+                    const std::array<Tensor, 3> gqkv = new_packed_grads(qv);
+                    backend_of(qv).attention_backward(go, qv, kv, vv, so.get(), sl.get(), gqkv[0],
+                                                      gqkv[1], gqkv[2], args);
+                    return TensorList{gqkv[0], gqkv[1], gqkv[2]};
+                  }
                   const Buffer gq = new_like(qv, qs, qv.size(3));
                   const Buffer gk = new_like(kv, ks, kv.size(3));
                   const Buffer gv = new_like(vv, vs, vv.size(3));
-                  const Tensor go = as_bhtd(cast_raw(g[0], qv.dtype()));
                   backend_of(qv).attention_backward(go, qv, kv, vv, so.get(), sl.get(), gq.bhtd,
                                                     gk.bhtd, gv.bhtd, args);
                   return TensorList{gq.user, gk.user, gv.user};

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <optional>
 
+#include "gradus/core/kernel_counts.h"
 #include "ops/common.h"
 
 namespace gradus {
@@ -406,6 +407,29 @@ namespace {
 // Recording each piece as its own slice would give each a zero-filled input-sized gradient to be
 // summed: for a transformer's q, k, v split, three fills, three copies and two adds of the whole
 // [B, T, 3C] per layer.
+// The pieces as one contiguous view when they already lie where cat would put them: consecutive
+// slices along d of one storage with one dtype and the same strides (the gradients of a q, k, v
+// split that the attention kernel writes into one buffer). Empty when they do not.
+std::optional<Tensor> joined_view(const TensorList& pieces, int d, const Shape& whole) {
+  const Tensor& first = pieces[0];
+  if (!first.defined()) return std::nullopt;
+  int64_t at = 0;
+  for (const Tensor& p : pieces) {
+    if (!p.defined() || p.impl()->storage().get() != first.impl()->storage().get() ||
+        p.dtype() != first.dtype() || p.strides() != first.strides() ||
+        p.offset() != first.offset() + at * first.stride(d)) {
+      return std::nullopt;
+    }
+    at += p.size(d);
+  }
+  if (at != whole[d]) return std::nullopt;
+  // Contiguous: no element aliases another (pieces of a broadcast zero would), so the result is
+  // safe to update in place as a .grad.
+  Tensor joined = first.as_strided_raw(whole, first.strides(), first.offset());
+  if (!joined.is_contiguous()) return std::nullopt;
+  return joined;
+}
+
 std::vector<Tensor> record_split(const Tensor& x, const std::vector<int64_t>& lengths, int d) {
   std::vector<Tensor> pieces;
   pieces.reserve(lengths.size());
@@ -417,7 +441,14 @@ std::vector<Tensor> record_split(const Tensor& x, const std::vector<int64_t>& le
     at += length;
   }
   return record_multi("split", std::move(pieces), {x},
-                      [d](const TensorList& g, const NeedsGrad&) { return TensorList{cat(g, d)}; });
+                      [d, whole = x.sizes()](const TensorList& g, const NeedsGrad&) {
+                        if (auto joined = joined_view(g, d, whole)) {
+                          gradus::detail::count_kernel("split.joined_grad");
+                          return TensorList{*joined};
+                        }
+                        gradus::detail::count_kernel("split.cat_grad");
+                        return TensorList{cat(g, d)};
+                      });
 }
 }  // namespace
 }  // namespace ops

@@ -160,7 +160,8 @@ INSTANTIATE_TEST_SUITE_P(Devices, FusedAttention,
 // The CPU backward runs one pass per (batch x head) entry when there are at least 4 entries per
 // thread and two passes (key tiles, then query tiles) otherwise; both must give bitwise the same
 // gradients, so results do not depend on the thread count. 8 entries take one pass on 1 thread
-// and two passes on 3; T = 150 (three 64-row tiles, the last partial), causal and not, Tq != Tk.
+// and two passes on 3; T = 150 (five 32-row query tiles and three 64-key tiles, the last ones
+// partial), causal and not, Tq != Tk.
 TEST(FusedAttentionPaths, OnePassAndTwoPassBackwardsAgreeBitwise) {
   const int saved = get_num_threads();
   const uint64_t seed = fresh_seed();
@@ -218,6 +219,48 @@ TEST(FusedAttentionPaths, HeadViewsOfAProjectionMatchContiguousHeadsBitwise) {
     EXPECT_TRUE(all_close(outs[0], outs[1], 0, 0));
     for (int64_t i = 0; i < 3; ++i) EXPECT_TRUE(all_close(grads[0][i], grads[1][i], 0, 0)) << i;
   }
+}
+
+// q, k, v split from one [B, T, 3C] projection get their gradients in one buffer laid out like
+// the projection, which split's backward hands on without concatenating; the gradient is bitwise
+// the one separate copies of the heads get. Pieces that are not laid side by side (a 3-D q) still
+// go through cat.
+TEST(FusedAttentionPaths, SplitProjectionGetsItsGradientWithoutACopy) {
+  const int64_t b = 2, t = 37, h = 3, hs = 8, c = h * hs;
+  const uint64_t seed = fresh_seed();
+  const Tensor qkv = random_tensor({b, t, 3 * c}, seed, -2, 2, DType::f32);
+  const Tensor w = random_tensor({b, h, t, hs}, seed + 1, -1, 1, DType::f32);
+  auto heads = [&](const Tensor& y, bool copy) {
+    Tensor v = y.reshape({b, t, h, hs}).transpose(1, 2);
+    return copy ? v.contiguous() : v;
+  };
+  for (const bool causal : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "causal " << causal);
+    Tensor grads[2];
+    for (const bool copy : {false, true}) {
+      const Tensor x = qkv.detach().set_requires_grad();
+      const std::vector<Tensor> parts = split(x, c, 2);
+      const Tensor y = scaled_dot_product_attention(heads(parts[0], copy), heads(parts[1], copy),
+                                                    heads(parts[2], copy), opts(causal));
+      KernelCountScope kernels;
+      sum(mul(y, w)).backward();
+      EXPECT_EQ(kernels["split.joined_grad"], copy ? 0 : 1);
+      EXPECT_EQ(kernels["split.cat_grad"], copy ? 1 : 0);
+      grads[copy] = x.grad();
+    }
+    EXPECT_TRUE(grads[0].is_contiguous());
+    EXPECT_TRUE(all_close(grads[0], grads[1], 0, 0));
+  }
+  // Pieces of different storages or strides are concatenated: a split whose pieces get
+  // unrelated gradients.
+  const Tensor x = qkv.detach().set_requires_grad();
+  const std::vector<Tensor> parts = split(x, c, 2);
+  KernelCountScope kernels;
+  sum(add(mul(parts[0], 2.0), mul(parts[2], 3.0))).backward();
+  EXPECT_EQ(kernels["split.cat_grad"], 1);
+  EXPECT_EQ(kernels["split.joined_grad"], 0);
+  const Tensor expected = cat({full({b, t, c}, 2.0), zeros({b, t, c}), full({b, t, c}, 3.0)}, 2);
+  EXPECT_TRUE(all_close(x.grad(), expected, 0, 0));
 }
 
 // The kernel never holds the [T, T] scores: tensor memory grows with T, not T^2.

@@ -1,6 +1,9 @@
 // Counts of the backward kernels that freezing and checkpointing are meant to skip or repeat,
 // for tests and tools: "linear.input_grad", "linear.weight_grad", "conv2d.input_grad",
-// "conv2d.weight_grad". Off by default; when off, counting costs one relaxed atomic load.
+// "conv2d.weight_grad"; and how split's backward joined its pieces' gradients: "split.cat_grad"
+// (a copy) or "split.joined_grad" (they already lay side by side in one buffer, as the attention
+// kernel writes a projection's q, k, v gradients). Off by default; when off, counting costs one
+// relaxed atomic load.
 #pragma once
 
 #include <atomic>

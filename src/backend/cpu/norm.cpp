@@ -101,33 +101,41 @@ void layer_norm_bwd(const T* g, const T* x, const T* w, const T* mean, const T* 
     });
   }
   if (!gw && !gb) return;
-  // Column sums: parallel over column blocks, rows streamed in order (deterministic).
-  const int64_t block = 256;
-  parallel_for(cols, std::max<int64_t>(block, kGrain / std::max<int64_t>(rows, 1)),
-               [&](int64_t c0, int64_t c1) {
-                 std::vector<double> sw(static_cast<size_t>(block)), sb(static_cast<size_t>(block));
-                 for (int64_t cb = c0; cb < c1; cb += block) {
-                   const int64_t n = std::min(block, c1 - cb);
-                   std::fill(sw.begin(), sw.end(), 0.0);
-                   std::fill(sb.begin(), sb.end(), 0.0);
-                   for (int64_t r = 0; r < rows; ++r) {
-                     const T* gr = g + r * cols + cb;
-                     const T* xr = x + r * cols + cb;
+  // Column sums in double. The rows are cut into at most 64 chunks of at least 64 rows, a cut
+  // that depends on the shape alone (not on the thread count, so neither do the sums); each
+  // chunk's partial sums are computed in parallel, then added in chunk order. A transformer's
+  // LayerNorm has few columns and many rows: splitting only the columns left one thread doing it
+  // all. The partial sums take at most 1/16 of the input's memory.
+  const int64_t chunk_rows = std::max<int64_t>(64, (rows + 63) / 64);
+  const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+  std::vector<double> partial(static_cast<size_t>(chunks * 2 * cols));
+  parallel_for(chunks, std::max<int64_t>(1, kGrain / (chunk_rows * cols)),
+               [&](int64_t k0, int64_t k1) {
+                 for (int64_t k = k0; k < k1; ++k) {
+                   double* sw = partial.data() + k * 2 * cols;
+                   double* sb = sw + cols;
+                   std::fill(sw, sw + 2 * cols, 0.0);
+                   for (int64_t r = k * chunk_rows; r < std::min(rows, (k + 1) * chunk_rows); ++r) {
+                     const T* gr = g + r * cols;
+                     const T* xr = x + r * cols;
                      const T m = mean[r], rs = rstd[r];
-                     double* swp = sw.data();
-                     double* sbp = sb.data();
 #pragma omp simd
-                     for (int64_t c = 0; c < n; ++c) {
-                       swp[c] += static_cast<double>(gr[c] * ((xr[c] - m) * rs));
-                       sbp[c] += static_cast<double>(gr[c]);
+                     for (int64_t c = 0; c < cols; ++c) {
+                       sw[c] += static_cast<double>(gr[c] * ((xr[c] - m) * rs));
+                       sb[c] += static_cast<double>(gr[c]);
                      }
-                   }
-                   for (int64_t c = 0; c < n; ++c) {
-                     if (gw) gw[cb + c] = static_cast<T>(sw[c]);
-                     if (gb) gb[cb + c] = static_cast<T>(sb[c]);
                    }
                  }
                });
+  for (int64_t c = 0; c < cols; ++c) {
+    double sw = 0, sb = 0;
+    for (int64_t k = 0; k < chunks; ++k) {
+      sw += partial[static_cast<size_t>(k * 2 * cols + c)];
+      sb += partial[static_cast<size_t>(k * 2 * cols + cols + c)];
+    }
+    if (gw) gw[c] = static_cast<T>(sw);
+    if (gb) gb[c] = static_cast<T>(sb);
+  }
 }
 
 // --------------------------------------------------------------------------------- batch norm

@@ -113,7 +113,12 @@ void* capture_graph(int device, const std::function<void()>& fn) {
   set_thread_stream(device, stream);
   // cuBLASLt's workspace is per stream and kept: allocate the capture stream's now, or it would
   // be graph memory that outlives the capture.
-  gemm_workspace(device);
+  try {
+    gemm_workspace(device);
+  } catch (...) {
+    set_thread_stream(device, origin);  // the thread keeps the stream it had
+    throw;
+  }
   Capture capture;
   capture.device = device;
   cudaError_t begun = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
