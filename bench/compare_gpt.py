@@ -8,8 +8,9 @@ through F.scaled_dot_product_attention and a GELU MLP, tied head) at the CPU con
 README: 4 layers, 4 heads, width 128, context 64, batch 12, vocabulary 65. One step = forward,
 cross-entropy, backward, AdamW step, on random token windows cycled from 16 batches (as
 `gradus bench --model gpt`). The two sides alternate --repeats times (order flipped each repeat);
-each run reports its median step time, and the script prints the median over runs of each side
-and the tokens/s ratio gradus / PyTorch (> 1: gradus is faster). Needs torch (pip).
+each run reports its median step time, and the script prints the median over runs of each side,
+the tokens/s ratio gradus / PyTorch of those medians (> 1: gradus is faster), and the median of
+the ratios within each repeat (steadier on a machine whose speed drifts). Needs torch (pip).
 """
 
 import argparse
@@ -110,12 +111,16 @@ def main():
             (g if name == "gradus" else t).append(fn(args))
     tokens = args.batch * args.context
     gm, tm = statistics.median(g), statistics.median(t)
+    # Each repeat runs the two sides back to back: the ratio within a repeat cancels the drift of
+    # a shared machine's speed between repeats, so its median is the steadier figure.
+    pairs = [b / a for a, b in zip(g, t)]
     print(json.dumps({"benchmark": "gpt_train_step", "threads": args.threads, "batch": args.batch,
                       "context": args.context, "layers": args.layers, "width": args.width,
                       "torch": torch.__version__, "gradus_ms": round(gm, 2),
                       "torch_ms": round(tm, 2), "gradus_tokens_per_s": round(tokens / gm * 1e3),
                       "torch_tokens_per_s": round(tokens / tm * 1e3),
-                      "speedup": round(tm / gm, 3), "gradus_runs": [round(x, 1) for x in g],
+                      "speedup": round(tm / gm, 3),
+                      "median_pair_speedup": round(statistics.median(pairs), 3), "gradus_runs": [round(x, 1) for x in g],
                       "torch_runs": [round(x, 1) for x in t]}))
 
 
