@@ -23,10 +23,13 @@ void check_inplace(const Tensor& t, const char* op) {
 
 // Whether an in-place add_/mul_ must go through autograd: a non-leaf in grad mode. A leaf that
 // requires grad (a parameter) is refused.
-bool inplace_with_history(const Tensor& t, const char* op) {
+bool inplace_with_history(const Tensor& t, const char* op, const Tensor* other = nullptr) {
   check_defined(op, {&t});
-  if (!is_grad_enabled() || !t.requires_grad()) return false;
-  GRADUS_CHECK(!t.is_leaf(), AutogradError, op,
+  if (!is_grad_enabled()) return false;
+  // An operand that requires grad gives the result history even when t had none (as in PyTorch:
+  // a.add_(w) makes a depend on w).
+  if (!t.requires_grad() && !(other != nullptr && other->requires_grad())) return false;
+  GRADUS_CHECK(!t.requires_grad() || !t.is_leaf(), AutogradError, op,
                ": in-place update of a leaf that requires grad (shape ", shape_str(t.sizes()),
                ", e.g. a parameter) while grad mode is on; wrap it in gradus::NoGradGuard (as "
                "optimizers do) or use the out-of-place op");
@@ -84,7 +87,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   GRADUS_CHECK(broadcast_shapes(other.sizes(), sizes(), "add_") == sizes(), ShapeError,
                "add_: operand of shape ", shape_str(other.sizes()),
                " cannot be broadcast to the destination's shape ", shape_str(sizes()));
-  if (inplace_with_history(*this, "add_")) {
+  if (inplace_with_history(*this, "add_", &other)) {
     const Tensor b = other.dtype() == dtype() ? other : other.to(dtype());
     return rebase_history(*this, add(*this, b, alpha));
   }
@@ -100,6 +103,27 @@ Tensor& Tensor::mul_(double value) {
   GRADUS_PROFILE_OP("mul_");
   if (inplace_with_history(*this, "mul_")) return rebase_history(*this, mul(*this, value));
   if (numel() > 0) backend_of(*this).unary(backend::UnaryOp::affine, *this, *this, value, 0.0);
+  bump_version();
+  return *this;
+}
+
+Tensor& Tensor::mul_(const Tensor& other) {
+  GRADUS_PROFILE_OP("mul_");
+  check_defined("mul_", {this, &other});
+  check_same_device("mul_", {this, &other});
+  GRADUS_CHECK(broadcast_shapes(other.sizes(), sizes(), "mul_") == sizes(), ShapeError,
+               "mul_: operand of shape ", shape_str(other.sizes()),
+               " cannot be broadcast to the destination's shape ", shape_str(sizes()));
+  if (inplace_with_history(*this, "mul_", &other)) {
+    const Tensor b = other.dtype() == dtype() ? other : other.to(dtype());
+    // other's gradient needs this tensor's value before the update: multiply a copy, so that
+    // the product's node does not save the storage the update overwrites.
+    return rebase_history(*this, mul(b.requires_grad() ? clone() : *this, b));
+  }
+  if (numel() > 0) {
+    backend_of(*this).binary(backend::BinaryOp::mul, *this,
+                             broadcast_raw(cast_raw(other, dtype()), sizes()), *this, 1.0);
+  }
   bump_version();
   return *this;
 }

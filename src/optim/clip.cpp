@@ -59,10 +59,7 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double
   // coef = min(max_norm / (total + 1e-6), 1), applied without reading total on the host.
   const Tensor coef =
       clamp(div(scalar_tensor(max_norm, {acc, device}), add(total, 1e-6)), std::nullopt, 1.0);
-  for (Tensor& g : grads) {
-    const Tensor c = coef.device() == g.device() ? coef : coef.to(g.device());
-    g.copy_(mul(g, c.to(g.dtype())));
-  }
+  for (Tensor& g : grads) g.mul_(coef.device() == g.device() ? coef : coef.to(g.device()));
   return total;
 }
 

@@ -110,6 +110,53 @@ TEST(Autograd, InPlaceAddAndMulOnNonLeafAreDifferentiable) {
   EXPECT_THROW(x.add_(z), AutogradError);
 }
 
+// mul_ by a tensor: broadcasts and casts the operand like add_, scales in place without history
+// (the gradient clipping path), rebases history on a non-leaf (y = f(x); y.mul_(s): the
+// gradients of x and s match the product rule), and refuses what add_ refuses.
+TEST(Autograd, InPlaceMulByATensor) {
+  const uint64_t seed = fresh_seed();
+  Tensor a = random_tensor({3, 4}, seed, -1, 1, DType::f32);
+  const auto av = a.to_vector<double>();
+  const Tensor row = random_tensor({4}, seed + 1, -1, 1, DType::f64);  // cast to a's f32
+  const auto rv = row.to_vector<double>();
+  const uint64_t version = a.version();
+  a.mul_(row);
+  EXPECT_GT(a.version(), version);
+  const auto got = a.to_vector<double>();
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_FLOAT_EQ(static_cast<float>(got[i]),
+                    static_cast<float>(static_cast<float>(av[i]) * static_cast<float>(rv[i % 4])));
+  }
+  EXPECT_THROW(a.mul_(random_tensor({3}, seed + 2)), ShapeError);
+  EXPECT_THROW(random_tensor({4}, seed + 3).mul_(random_tensor({3, 4}, seed + 4)), ShapeError);
+
+  Tensor x = random_tensor({5}, seed + 5).set_requires_grad();
+  Tensor s = random_tensor({}, seed + 6).set_requires_grad();
+  Tensor y = mul(x, 3.0);
+  y.mul_(s);
+  Tensor w = random_tensor({5}, seed + 7);
+  sum(mul(y, w)).backward();  // y = 3 s x
+  const auto wv = w.to_vector<double>(), xv = x.to_vector<double>();
+  const double sv = s.item();
+  double ds = 0;
+  for (size_t i = 0; i < wv.size(); ++i) {
+    EXPECT_NEAR(x.grad().to_vector<double>()[i], 3 * sv * wv[i], 1e-5);
+    ds += 3 * xv[i] * wv[i];
+  }
+  EXPECT_NEAR(s.grad().item(), ds, 1e-4);
+  EXPECT_THROW(x.mul_(s), AutogradError);  // a leaf that requires grad, grad mode on
+
+  // A tensor without history scaled by one that requires grad gets history (as with add_).
+  Tensor c = random_tensor({5}, seed + 8);
+  const auto cv = c.to_vector<double>();
+  Tensor t = random_tensor({5}, seed + 9).set_requires_grad();
+  c.mul_(t);
+  EXPECT_TRUE(c.requires_grad());
+  sum(c).backward();
+  const auto gt = t.grad().to_vector<double>();
+  for (size_t i = 0; i < cv.size(); ++i) EXPECT_NEAR(gt[i], cv[i], 1e-12);
+}
+
 // d/dx x^0 = 0 everywhere, also at 0 (the formula would be 0 * inf); likewise d/da a^b at b = 0.
 TEST(Autograd, PowGradientAtZeroExponentIsZero) {
   Tensor x = from_vector(std::vector<double>{0.0, -1.5, 2.0}, {3}).set_requires_grad();

@@ -176,6 +176,7 @@ class Tensor {
   Tensor& copy_(const Tensor& src);  // broadcasts and casts src
   Tensor& add_(const Tensor& other, double alpha = 1.0);
   Tensor& mul_(double value);
+  Tensor& mul_(const Tensor& other);  // broadcasts other to this shape and casts it to this dtype
   // Makes this impl refer to other's data (shape, dtype and device may change); history is kept.
   void set_data(const Tensor& other) const;
 
