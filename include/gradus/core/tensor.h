@@ -171,6 +171,8 @@ class Tensor {
   // y.mul_(2)): its history is then rebased onto the update, as in PyTorch, and a node that had
   // saved y's old value fails at backward. Leaves that require grad (parameters) are refused
   // (update them under NoGradGuard), as are zero_/fill_/copy_ on any tensor that requires grad.
+  // An add_ / mul_ operand that requires grad gives the updated tensor history even if it had
+  // none (a.mul_(w) makes a depend on w).
   Tensor& zero_();
   Tensor& fill_(double value);
   Tensor& copy_(const Tensor& src);  // broadcasts and casts src
