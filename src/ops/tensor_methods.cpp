@@ -50,6 +50,28 @@ Tensor& rebase_history(Tensor& self, const Tensor& result) {
   meta.requires_grad = true;
   return self;
 }
+
+// self op= other (add_, mul_): other is broadcast to self's shape and cast to its dtype. With
+// history, self is rebased onto out_of_place(other cast to self's dtype).
+template <typename OutOfPlace>
+Tensor& binary_inplace(Tensor& self, const Tensor& other, const char* op, backend::BinaryOp kernel,
+                       double alpha, const OutOfPlace& out_of_place) {
+  check_defined(op, {&self, &other});
+  check_same_device(op, {&self, &other});
+  GRADUS_CHECK(broadcast_shapes(other.sizes(), self.sizes(), op) == self.sizes(), ShapeError, op,
+               ": operand of shape ", shape_str(other.sizes()),
+               " cannot be broadcast to the destination's shape ", shape_str(self.sizes()));
+  if (inplace_with_history(self, op, &other)) {
+    return rebase_history(
+        self, out_of_place(other.dtype() == self.dtype() ? other : other.to(self.dtype())));
+  }
+  if (self.numel() > 0) {
+    backend_of(self).binary(
+        kernel, self, broadcast_raw(cast_raw(other, self.dtype()), self.sizes()), self, alpha);
+  }
+  self.bump_version();
+  return self;
+}
 }  // namespace
 
 Tensor& Tensor::zero_() {
@@ -82,21 +104,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   GRADUS_PROFILE_OP("add_");
-  check_defined("add_", {this, &other});
-  check_same_device("add_", {this, &other});
-  GRADUS_CHECK(broadcast_shapes(other.sizes(), sizes(), "add_") == sizes(), ShapeError,
-               "add_: operand of shape ", shape_str(other.sizes()),
-               " cannot be broadcast to the destination's shape ", shape_str(sizes()));
-  if (inplace_with_history(*this, "add_", &other)) {
-    const Tensor b = other.dtype() == dtype() ? other : other.to(dtype());
-    return rebase_history(*this, add(*this, b, alpha));
-  }
-  if (numel() > 0) {
-    backend_of(*this).binary(backend::BinaryOp::add, *this,
-                             broadcast_raw(cast_raw(other, dtype()), sizes()), *this, alpha);
-  }
-  bump_version();
-  return *this;
+  return binary_inplace(*this, other, "add_", backend::BinaryOp::add, alpha,
+                        [&](const Tensor& b) { return add(*this, b, alpha); });
 }
 
 Tensor& Tensor::mul_(double value) {
@@ -109,23 +118,11 @@ Tensor& Tensor::mul_(double value) {
 
 Tensor& Tensor::mul_(const Tensor& other) {
   GRADUS_PROFILE_OP("mul_");
-  check_defined("mul_", {this, &other});
-  check_same_device("mul_", {this, &other});
-  GRADUS_CHECK(broadcast_shapes(other.sizes(), sizes(), "mul_") == sizes(), ShapeError,
-               "mul_: operand of shape ", shape_str(other.sizes()),
-               " cannot be broadcast to the destination's shape ", shape_str(sizes()));
-  if (inplace_with_history(*this, "mul_", &other)) {
-    const Tensor b = other.dtype() == dtype() ? other : other.to(dtype());
-    // other's gradient needs this tensor's value before the update: multiply a copy, so that
-    // the product's node does not save the storage the update overwrites.
-    return rebase_history(*this, mul(b.requires_grad() ? clone() : *this, b));
-  }
-  if (numel() > 0) {
-    backend_of(*this).binary(backend::BinaryOp::mul, *this,
-                             broadcast_raw(cast_raw(other, dtype()), sizes()), *this, 1.0);
-  }
-  bump_version();
-  return *this;
+  return binary_inplace(*this, other, "mul_", backend::BinaryOp::mul, 1.0, [&](const Tensor& b) {
+    // b's gradient needs this tensor's value before the update: multiply a copy, so that the
+    // product's node does not save the storage the update overwrites.
+    return mul(b.requires_grad() ? clone() : *this, b);
+  });
 }
 
 void Tensor::set_data(const Tensor& other) const {
