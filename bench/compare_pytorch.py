@@ -132,7 +132,10 @@ class TorchWorker:
     def _read(self):
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError("the PyTorch worker exited (is torch installed?)")
+            # Its traceback went to stderr above: torch missing, or safetensors for resnet20
+            # (tools/make_resnet_golden.py imports it).
+            raise RuntimeError("the PyTorch worker exited; its error is printed above (it needs "
+                               "torch, and safetensors for resnet20: pip install torch safetensors)")
         return json.loads(line)
 
     def ask(self, request):
