@@ -83,11 +83,9 @@ void raise_one(const DeviceState& s) {
 // No host code runs while a graph replays, so a value read back during a capture would be the
 // one of the capture (and the wait itself invalidates it).
 void refuse_host_wait(const char* op) {
-  if (capturing_device() < 0) return;
-  refuse_in_capture(detail::str_cat(op,
-                                    " waits for the GPU (a value read back to the host, such "
-                                    "as item(), or a synchronize), which")
-                        .c_str());
+  refuse_in_capture(op,
+                    " waits for the GPU (a value read back to the host, such as item(), or a "
+                    "synchronize), which");
 }
 
 }  // namespace

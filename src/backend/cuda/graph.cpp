@@ -59,11 +59,10 @@ int capturing_device() noexcept {
   return t_capture != nullptr ? t_capture->device : -1;
 }
 
-void refuse_in_capture(const char* what) {
-  if (t_capture == nullptr) return;
+void throw_capture_refusal(const std::string& what) {
   throw GraphCaptureError(
       detail::str_cat("cuda::Graph::capture: ", what, " cannot be part of a CUDA graph (on cuda:",
-                      t_capture->device, "); keep it out of the captured region"));
+                      capturing_device(), "); keep it out of the captured region"));
 }
 
 void capture_note_allocation(void* ptr, size_t nbytes, int device) noexcept {

@@ -100,11 +100,9 @@ namespace {
 // The random stream's position is a kernel argument from the host's generator: a graph would
 // replay the numbers drawn at capture every time.
 void refuse_random_in_capture(const char* op) {
-  if (capturing_device() < 0) return;
-  refuse_in_capture(detail::str_cat(op,
-                                    " (it draws new random numbers at each call; a replay "
-                                    "would repeat those drawn at capture)")
-                        .c_str());
+  refuse_in_capture(op,
+                    " (it draws new random numbers at each call; a replay would repeat those "
+                    "drawn at capture)");
 }
 }  // namespace
 

@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(TensorList l, AdamScalar
   int64_t begin, end;
   if (!locate(l, t, begin, end)) return;
   if (a.device_scalars != nullptr) {
-    const AdamCoefficients k = adam_coefficients(a.device_scalars[0], a.device_scalars[1],
-                                                 a.beta1, a.beta2, a.weight_decay);
+    const AdamCoefficients k = adam_coefficients(a.device_scalars[0], a.device_scalars[1], a.beta1,
+                                                 a.beta2, a.weight_decay);
     a.neg_step_size = static_cast<C>(k.neg_step_size);
     a.bc2 = static_cast<C>(k.bias2_sqrt);
     a.decoupled_scale = static_cast<C>(k.decoupled_scale);

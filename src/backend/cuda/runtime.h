@@ -122,8 +122,13 @@ void replay_graph(int device, void* exec);
 void destroy_graph(int device, void* exec) noexcept;
 // The device the calling thread is capturing on, or -1.
 int capturing_device() noexcept;
-// Throws GraphCaptureError when the calling thread is capturing: `what` cannot be replayed.
-void refuse_in_capture(const char* what);
+// Throws GraphCaptureError when the calling thread is capturing: `what` (its pieces, joined only
+// then, so that the check costs one thread-local read outside a capture) cannot be replayed.
+[[noreturn]] void throw_capture_refusal(const std::string& what);
+template <typename... Pieces>
+void refuse_in_capture(const Pieces&... what) {
+  if (capturing_device() >= 0) throw_capture_refusal(detail::str_cat(what...));
+}
 // The allocator's part in a capture (pool_allocate / pool_free on the capturing thread): blocks
 // allocated during it are the graph's, to be freed inside it; a block from before it that is freed
 // during it is handed to `defer` (freed after the capture, since a graph cannot free memory it
