@@ -120,7 +120,8 @@ def main():
                       "torch_ms": round(tm, 2), "gradus_tokens_per_s": round(tokens / gm * 1e3),
                       "torch_tokens_per_s": round(tokens / tm * 1e3),
                       "speedup": round(tm / gm, 3),
-                      "median_pair_speedup": round(statistics.median(pairs), 3), "gradus_runs": [round(x, 1) for x in g],
+                      "median_pair_speedup": round(statistics.median(pairs), 3),
+                      "gradus_runs": [round(x, 1) for x in g],
                       "torch_runs": [round(x, 1) for x in t]}))
 
 

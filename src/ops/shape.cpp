@@ -402,11 +402,6 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 
 namespace ops {
 namespace {
-// The pieces of a split, views of x along d of the given lengths, as one autograd node whose
-// backward is a single cat of their gradients (the engine passes zeros for pieces that got none).
-// Recording each piece as its own slice would give each a zero-filled input-sized gradient to be
-// summed: for a transformer's q, k, v split, three fills, three copies and two adds of the whole
-// [B, T, 3C] per layer.
 // The pieces as one contiguous view when they already lie where cat would put them: consecutive
 // slices along d of one storage with one dtype and the same strides (the gradients of a q, k, v
 // split that the attention kernel writes into one buffer). Empty when they do not.
@@ -430,6 +425,12 @@ std::optional<Tensor> joined_view(const TensorList& pieces, int d, const Shape& 
   return joined;
 }
 
+// The pieces of a split, views of x along d of the given lengths, as one autograd node whose
+// backward is a single cat of their gradients (the engine passes zeros for pieces that got none),
+// or none at all when those gradients already lie side by side (joined_view).
+// Recording each piece as its own slice would give each a zero-filled input-sized gradient to be
+// summed: for a transformer's q, k, v split, three fills, three copies and two adds of the whole
+// [B, T, 3C] per layer.
 std::vector<Tensor> record_split(const Tensor& x, const std::vector<int64_t>& lengths, int d) {
   std::vector<Tensor> pieces;
   pieces.reserve(lengths.size());

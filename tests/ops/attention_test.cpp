@@ -223,8 +223,8 @@ TEST(FusedAttentionPaths, HeadViewsOfAProjectionMatchContiguousHeadsBitwise) {
 
 // q, k, v split from one [B, T, 3C] projection get their gradients in one buffer laid out like
 // the projection, which split's backward hands on without concatenating; the gradient is bitwise
-// the one separate copies of the heads get. Pieces that are not laid side by side (a 3-D q) still
-// go through cat.
+// the one separate copies of the heads get. Pieces whose gradients are not laid side by side
+// (those copies, or pieces with unrelated gradients) still go through cat.
 TEST(FusedAttentionPaths, SplitProjectionGetsItsGradientWithoutACopy) {
   const int64_t b = 2, t = 37, h = 3, hs = 8, c = h * hs;
   const uint64_t seed = fresh_seed();
