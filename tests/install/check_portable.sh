@@ -30,10 +30,25 @@ qemu=$(command -v qemu-x86_64) || fail "qemu-x86_64 not found (apt-get install q
 kernels() {  # the 'CPU kernels:' line of `gradus info` run through "$@"
   "$@" "$gradus" info 2>&1 | grep '^CPU kernels:'
 }
-train() {  # final val_loss of a short GPT run through "$@"
+# Prints the final val_loss of a short GPT run through "$@". A run that prints none returns 1 and
+# prints why instead: its exit status, or the signal that killed it (and its output's end on stderr).
+train() {
+  local log=/tmp/gradus_portable_train_$$.log rc loss
   "$@" "$gradus" train --model gpt --data text --data-file "$sample" --context 16 --layers 1 \
     --heads 2 --width 32 --batch-size 4 --iters 30 --eval-every 30 --eval-iters 1 --threads 2 \
-    --seed 5 2>&1 | sed -n 's/^val_loss=\([0-9.]*\)$/\1/p' | tail -1
+    --seed 5 >"$log" 2>&1
+  rc=$?
+  loss=$(sed -n 's/^val_loss=\([0-9.]*\)$/\1/p' "$log" | tail -1)
+  if [ -z "$loss" ]; then
+    local why="exit status $rc"
+    [ "$rc" -gt 128 ] && why="killed by signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null))"
+    tail -5 "$log" | sed 's/^/  | /' >&2
+    rm -f "$log"
+    echo "no val_loss ($why)"
+    return 1
+  fi
+  rm -f "$log"
+  echo "$loss"
 }
 close() {  # two losses within 1e-3 relative (the copies round differently: FMA, vector exp)
   awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-3 * a) }'
@@ -49,23 +64,24 @@ fi
 got=$(kernels env)
 [ "$got" = "$want" ] || fail "this CPU: expected '$want', got '$got'"
 echo "portable: this CPU loads: ${got#CPU kernels: }"
-loss_host=$(train env)
-[ -n "$loss_host" ] || fail "no val_loss from the run on this CPU"
+loss_host=$(train env) || fail "this CPU: $loss_host"
 
 # 2. AVX2 masked: the baseline copy, same training.
 masked=(env GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX2)
 want_base="CPU kernels: x86-64 (SSE2), $(readlink -f "$base_lib")"
 got=$(kernels "${masked[@]}")
 [ "$got" = "$want_base" ] || fail "AVX2 masked: expected '$want_base', got '$got'"
-loss_base=$(train "${masked[@]}")
+loss_base=$(train "${masked[@]}") || fail "AVX2 masked: $loss_base"
 close "$loss_host" "$loss_base" || fail "baseline copy: val_loss $loss_base vs $loss_host"
 echo "portable: AVX2 masked loads the baseline; val_loss $loss_base (this CPU's copy: $loss_host)"
 
-# 3. An emulated CPU without AVX: everything runs, and trains to the same loss.
-old_cpu=("$qemu" -cpu Nehalem)
+# 3. An emulated CPU without AVX: everything runs, and trains to the same loss. OpenBLAS is told
+# the emulated CPU's kernels for these commands only: a coretype inherited from the environment
+# (OPENBLAS_CORETYPE=Haswell on some hosts) would make it run AVX2 kernels there.
+old_cpu=("$qemu" -cpu Nehalem -E OPENBLAS_CORETYPE=Nehalem)
 got=$(kernels "${old_cpu[@]}")
 [ "$got" = "$want_base" ] || fail "emulated Nehalem: expected '$want_base', got '$got'"
-loss_old=$(train "${old_cpu[@]}")
+loss_old=$(train "${old_cpu[@]}") || fail "emulated Nehalem: $loss_old"
 close "$loss_host" "$loss_old" || fail "emulated Nehalem: val_loss '$loss_old' vs $loss_host"
 echo "portable: emulated Nehalem (no AVX) loads the baseline; val_loss $loss_old"
 

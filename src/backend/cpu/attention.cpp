@@ -14,7 +14,8 @@
 // the usual price of not storing them. When there are enough (batch x head) entries to occupy
 // every thread, or a head is a single tile, one pass per entry does it all instead: its task owns
 // every gradient row of the entry, recomputes each tile once, and accumulates in the same order
-// as the two passes, so both give bitwise the same gradients.
+// as the two passes, with tiles of the same shapes, so both give bitwise the same gradients
+// whichever GEMM kernels the BLAS picks (each call's shape is the same in both).
 //
 // exp runs through vec::exp in `omp simd` loops (libm's expf is a scalar call, and the exps are
 // most of this kernel's non-GEMM time at small head sizes).
@@ -292,10 +293,14 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
       // Causal: queries before k0 see none of these keys.
       for (int64_t q0 = a.causal ? (k0 / kRows) * kRows : 0; q0 < d.tq; q0 += kRows) {
         const int64_t rows = std::min(kRows, d.tq - q0);
-        tile.run(b, q0, rows, k0, cols, p.data(), ds.data(), u.data());
-        gemm(true, false, cols, d.dv, rows, C(1), p.data(), kCols, go.at(b, q0), go.ld, C(1), gvb,
+        // The tile's shape is the one-pass path's (causal: the keys up to the tile's last query,
+        // as in the forward), not just the same values: a BLAS may round an m x n product
+        // differently from the first m x n' rows of a wider one (OpenBLAS's Haswell kernels do).
+        const int64_t seen = a.causal ? std::min(cols, q0 + rows - k0) : cols;
+        tile.run(b, q0, rows, k0, seen, p.data(), ds.data(), u.data());
+        gemm(true, false, seen, d.dv, rows, C(1), p.data(), kCols, go.at(b, q0), go.ld, C(1), gvb,
              gv.ld);
-        gemm(true, false, cols, d.d, rows, scale, ds.data(), kCols, q.at(b, q0), q.ld, C(1), gkb,
+        gemm(true, false, seen, d.d, rows, scale, ds.data(), kCols, q.at(b, q0), q.ld, C(1), gkb,
              gk.ld);
       }
     }
