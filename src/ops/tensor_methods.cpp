@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ostream>
+#include <utility>
 
 #include "ops/common.h"
 
@@ -86,6 +87,30 @@ Tensor& Tensor::fill_(double value) {
   return *this;
 }
 
+namespace {
+// The elements [first, last] of the storage a view can touch.
+std::pair<int64_t, int64_t> element_span(const Tensor& t) {
+  int64_t first = t.offset(), last = t.offset();
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t reach = (t.size(d) - 1) * t.stride(d);
+    (reach < 0 ? first : last) += reach;
+  }
+  return {first, last};
+}
+
+// Whether writing dst can change what is read from src: two different views whose spans in one
+// storage intersect. The backends' copies read and write in chunks (a memcpy, a kernel's
+// blocks), so such a copy must read from a snapshot of src.
+bool may_overlap(const Tensor& dst, const Tensor& src) {
+  if (dst.impl()->storage() != src.impl()->storage()) return false;
+  if (dst.offset() == src.offset() && dst.sizes() == src.sizes() && dst.strides() == src.strides())
+    return false;  // the same view: every element is copied onto itself
+  const auto [d0, d1] = element_span(dst);
+  const auto [s0, s1] = element_span(src);
+  return d0 <= s1 && s0 <= d1;
+}
+}  // namespace
+
 Tensor& Tensor::copy_(const Tensor& src) {
   GRADUS_PROFILE_OP("copy_");
   check_inplace(*this, "copy_");
@@ -96,6 +121,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
                " cannot be broadcast to the destination's shape ", shape_str(sizes()));
   if (numel() > 0) {
     Tensor s = src.device() == device() ? src : src.to(device());
+    if (may_overlap(*this, s)) s = s.clone();
     backend_of(*this).copy(broadcast_raw(s, sizes()), *this);
   }
   bump_version();

@@ -2,12 +2,14 @@
 // formulas recomputed independently, statistics, and independence from the thread count and the
 // output layout.
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <numbers>
 
 #include "backend_test_util.h"
 #include "gradus/core/random.h"
+#include "gradus/core/random_math.h"
 #include "gradus/core/threads.h"
 
 namespace gradus::backend_test {
@@ -163,6 +165,30 @@ TEST(BackendRandom, NormalMatchesBoxMullerAndStatistics) {
   for (int64_t i = 0; i < 7; ++i) {
     EXPECT_NEAR(d.data_ptr<double>()[i], p[i], 1e-6 * (1 + std::abs(p[i])));
   }
+}
+
+// The normals are bitwise the ones of gradus/core/random_math.h's box_muller, the formula the
+// CUDA kernel runs, on whichever copy of the CPU backend the loader picked: the portable test
+// runs this on the baseline (SSE2, no FMA) copy too, where the sampler's multiply-adds must still
+// be fused (std::fma), as they are on the GPU.
+TEST(BackendRandom, NormalsAreTheDeviceFormulaBitwise) {
+  const PhiloxState st = fresh_state();
+  SCOPED_TRACE(st.seed);
+  const int64_t n = 4099;  // whole blocks (vectorised) and a partial one
+  Tensor out = poisoned({n}, DType::f32);
+  cpu().normal(out, st, 0.0, 1.0);
+  const float* p = out.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const auto block =
+        rmath::box_muller(philox4x32(st.offset + static_cast<uint64_t>(i) / 4, st.seed));
+    ASSERT_EQ(std::bit_cast<uint32_t>(p[i]),
+              std::bit_cast<uint32_t>(block[static_cast<size_t>(i % 4)]))
+        << "element " << i << ": " << p[i] << " vs " << block[static_cast<size_t>(i % 4)];
+  }
+  // A short draw (one block, then a partial one on the scalar path) gives the same values.
+  Tensor tail = poisoned({5}, DType::f32);
+  cpu().normal(tail, {st.seed, st.offset}, 0.0, 1.0);
+  for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(tail.data_ptr<float>()[i], p[i]) << i;
 }
 
 TEST(BackendRandom, IntegerUniformRanges) {

@@ -243,3 +243,44 @@ TEST(Tensor, UndefinedTensorAccessorsThrow) {
 
 }  // namespace
 }  // namespace gradus
+
+namespace gradus {
+namespace {
+
+// copy_ between two views of one storage whose elements overlap reads the source as it was
+// before the copy, like a copy through a temporary, on every device: a shift by one element
+// either way (the backends' memcpy path) and a square matrix onto its own transpose (the strided
+// kernels). Without the snapshot, the shifted copy smears and the transpose mixes old and new.
+TEST(TensorCopy, OverlappingViewsOfOneStorageReadTheSourceFirst) {
+  std::vector<Device> devices = {Device::cpu()};
+  if (cuda_device_count() > 0) devices.push_back(Device::cuda(0));
+  for (const Device& device : devices) {
+    SCOPED_TRACE(device.str());
+    const int64_t n = 100003;
+    const Tensor base = random_tensor({n}, fresh_seed(), -1, 1, DType::f32).to(device);
+    const std::vector<float> before = base.to_vector<float>();
+    Tensor right = base.clone();
+    right.slice(0, 1, n).copy_(right.slice(0, 0, n - 1));
+    Tensor left = base.clone();
+    left.slice(0, 0, n - 1).copy_(left.slice(0, 1, n));
+    const std::vector<float> r = right.to_vector<float>(), l = left.to_vector<float>();
+    for (int64_t i = 1; i < n; ++i) ASSERT_EQ(r[i], before[i - 1]) << "shift right, element " << i;
+    for (int64_t i = 0; i + 1 < n; ++i)
+      ASSERT_EQ(l[i], before[i + 1]) << "shift left, element " << i;
+
+    const int64_t m = 301;
+    const Tensor square = random_tensor({m, m}, fresh_seed(), -1, 1, DType::f32).to(device);
+    const std::vector<float> sq = square.to_vector<float>();
+    Tensor t = square.clone();
+    t.copy_(t.transpose(0, 1));
+    const std::vector<float> got = t.to_vector<float>();
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < m; ++j) {
+        ASSERT_EQ(got[i * m + j], sq[j * m + i]) << "transpose, element " << i << ", " << j;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gradus

@@ -13,10 +13,11 @@
 //                         words per element: element i uses block i / 2, words 2 (i % 2) (low)
 //                         and 2 (i % 2) + 1 (high), v = lo + ((high << 32) | low) % r; such a
 //                         draw consumes ceil(n / 2) blocks instead of ceil(n / 4).
-//  - normal: per block, u1 = 1 - unit(w0) in (0, 1], u2 = unit(w1), rad = sqrt(-2 vec::log(u1)),
-//            (n1, n0) = rad * vec::sincos_turns(u2) (sin, cos of 2 pi u2); words (w2, w3) give
-//            n2, n3 the same way. All float, with vec_math.h's log / sincos (plain float
-//            arithmetic, so the CUDA kernel can run the very same code). out = fmaf(n, std, mean)
+//  - normal: per block, u1 = 1 - unit(w0) in (0, 1], u2 = unit(w1), rad = sqrt(-2 log(u1)),
+//            (n1, n0) = rad * sincos_turns(u2) (sin, cos of 2 pi u2); words (w2, w3) give
+//            n2, n3 the same way. All float, with gradus/core/random_math.h's log / sincos
+//            (correctly rounded steps and explicit FMAs, so the CUDA kernel runs the very same
+//            code and every CPU gets the same bits). out = fmaf(n, std, mean)
 //            (f64 out: fma((double)n, std, mean)).
 //  - bernoulli: out = (double)unit(w) < (double)p.
 //  - dropout: keep = unit(w) >= (float)p; mask = keep; out = keep ? x * (float)(1 / (1 - p)) : 0
@@ -25,7 +26,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/loops.h"
-#include "backend/cpu/vec_math.h"
+#include "gradus/core/random_math.h"
 
 namespace gradus::backend::cpu {
 namespace {
@@ -92,9 +93,12 @@ void raw_words(PhiloxState st, int64_t first, int64_t n, uint32_t* w) {
 inline void box_muller(uint32_t w0, uint32_t w1, float& n0, float& n1) {
   const float u1 = 1.0f - uint_to_unit_float(w0);
   const float u2 = uint_to_unit_float(w1);
-  const float rad = std::sqrt(-2.0f * vec::log(u1));
+  // random_math.h's log and sincos, not vec_math.h's: their multiply-adds are std::fma, fused
+  // on every CPU as on the GPU, where vec::fmadd is a plain multiply and add in the baseline
+  // (no FMA) copy of this backend.
+  const float rad = std::sqrt(-2.0f * rmath::log(u1));
   float s, c;
-  vec::sincos_turns(u2, s, c);
+  rmath::sincos_turns(u2, s, c);
   n0 = rad * c;
   n1 = rad * s;
 }

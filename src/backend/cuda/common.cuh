@@ -308,6 +308,14 @@ __device__ __forceinline__ T block_sum(T v, T* shared) {
   return warp_sum(v);
 }
 
+// Sum over one row's threads: its warp (warp rows) or the whole block. Each path reduces once:
+// block_sum starts with its own warp_sum, so reducing the warp first would count every value 32
+// times.
+template <typename T>
+__device__ __forceinline__ T row_sum(T v, bool warp, T* shared) {
+  return warp ? warp_sum(v) : block_sum(v, shared);
+}
+
 template <typename T>
 __device__ __forceinline__ T block_max(T v, T* shared) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

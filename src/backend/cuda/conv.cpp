@@ -9,13 +9,17 @@
 // Workspaces come from the pool allocator. f16 / bf16 run on tensor cores with float
 // accumulation; float32 uses TF32 only when allowed (gradus::cuda::set_allow_tf32).
 // The bias is added by the elementwise kernels; its gradient is a reduction over (N, H, W).
-// Without cuDNN (or with GRADUS_CONV_IM2COL=1) convolutions run as im2col + GEMM
-// (conv_im2col.cpp).
+// Without cuDNN (or with GRADUS_CONV_IM2COL=1), and for a problem cuDNN's legacy NCHW API offers no
+// algorithm for (some bf16 shapes, or none deterministic), convolutions run as im2col + GEMM
+// (conv_im2col.cpp). Inside a CUDA graph capture nothing is timed (a search would launch and wait
+// inside the capture): the heuristic's first algorithm runs, uncached, so the first uncaptured
+// call still searches.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -100,7 +104,7 @@ struct Choice {
 
 using Key = decltype(std::declval<Problem>().key(Dir::forward));
 std::mutex g_mu;
-std::map<Key, Choice> g_choices;
+std::map<Key, std::optional<Choice>> g_choices;  // nullopt: cuDNN has none (im2col runs)
 
 int to_int(int64_t v, const char* what) {
   GRADUS_CHECK(v <= INT32_MAX, ValueError, "conv2d: ", what, " (", v,
@@ -142,10 +146,10 @@ void make_descs(const Problem& p, Descs& d, cudnnMathType_t math) {
   GRADUS_CUDNN_CHECK(op, cudnnSetConvolutionMathType(d.conv, math));
 }
 
-// Picks (and caches) the algorithm for one direction. x / w / y are the real buffers (search
-// only writes the direction's output).
-Choice choose(const Problem& p, Dir dir, cudnnHandle_t h, const Descs& d, const void* x,
-              const void* w, const void* y, void* out) {
+// Picks (and caches) the algorithm for one direction, or nullopt when cuDNN offers none. x / w / y
+// are the real buffers (search only writes the direction's output).
+std::optional<Choice> choose(const Problem& p, Dir dir, cudnnHandle_t h, const Descs& d,
+                             const void* x, const void* w, const void* y, void* out) {
   const Key key = p.key(dir);
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -181,17 +185,18 @@ Choice choose(const Problem& p, Dir dir, cudnnHandle_t h, const Descs& d, const 
                                                                          kMax, &count, perf));
     collect(perf, count);
   }
-  GRADUS_CHECK(!ranked.empty(), Error, "conv2d: cuDNN offers no ",
-               p.deterministic ? "deterministic " : "", "algorithm for input [", p.n, ", ", p.c,
-               ", ", p.h, ", ", p.w, "] with weight [", p.o, ", ", p.c / p.a.groups, ", ", p.kh,
-               ", ", p.kw, "] in ", dtype_name(p.dtype),
-               p.deterministic ? " (deterministic mode is on; GRADUS_CONV_IM2COL=1 runs the "
-                                 "deterministic im2col + GEMM path instead)"
-                               : "");
+  const bool capturing = capturing_device() >= 0;
+  if (ranked.empty()) {
+    if (!capturing) {
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_choices.emplace(key, std::nullopt);
+    }
+    return std::nullopt;
+  }
   Choice best = ranked.front();
   // Deterministic mode skips the timing: two processes could time two deterministic algorithms
   // in a different order and so sum in different orders. The heuristic's order is fixed.
-  if (benchmark_enabled() && !p.deterministic) {
+  if (benchmark_enabled() && !p.deterministic && !capturing) {
     size_t ws_bytes = 0;
     for (const Choice& c : ranked) {
       if (c.workspace <= kMaxSearchWorkspace) ws_bytes = std::max(ws_bytes, c.workspace);
@@ -224,6 +229,7 @@ Choice choose(const Problem& p, Dir dir, cudnnHandle_t h, const Descs& d, const 
   }
   // Float32 without TF32 permission stays on FMA math whatever the search reported.
   if (default_math(p) == CUDNN_FMA_MATH) best.math = CUDNN_FMA_MATH;
+  if (capturing) return best;  // untimed: the first call outside a capture searches
   std::lock_guard<std::mutex> lock(g_mu);
   g_choices.emplace(key, best);
   return best;
@@ -278,8 +284,10 @@ void CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b
         cudnnHandle_t h = lease.get();
         Descs d;
         make_descs(p, d, default_math(p));
-        const Choice c =
+        const std::optional<Choice> found =
             choose(p, Dir::forward, h, d, x.raw_data(), w.raw_data(), nullptr, y.raw_data());
+        if (!found) return im2col::forward(*this, x, w, y, args);
+        const Choice& c = *found;
         GRADUS_CUDNN_CHECK("conv2d", cudnnSetConvolutionMathType(d.conv, c.math));
         Workspace ws(c.workspace, p.device, "conv2d");
         const Scale s;
@@ -318,8 +326,10 @@ void CudaBackend::conv2d_backward_data(const Tensor& grad_out, const Tensor& w_i
       cudnnHandle_t h = lease.get();
       Descs d;
       make_descs(p, d, default_math(p));
-      const Choice c =
+      const std::optional<Choice> found =
           choose(p, Dir::backward_data, h, d, nullptr, w.raw_data(), gy.raw_data(), gx.raw_data());
+      if (!found) return im2col::backward_data(*this, gy, w, gx, args);
+      const Choice& c = *found;
       GRADUS_CUDNN_CHECK("conv2d backward", cudnnSetConvolutionMathType(d.conv, c.math));
       Workspace ws(c.workspace, p.device, "conv2d backward");
       const Scale s;
@@ -354,8 +364,10 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x
           cudnnHandle_t h = lease.get();
           Descs d;
           make_descs(p, d, default_math(p));
-          const Choice c = choose(p, Dir::backward_filter, h, d, x.raw_data(), nullptr,
-                                  gy.raw_data(), gw.raw_data());
+          const std::optional<Choice> found = choose(p, Dir::backward_filter, h, d, x.raw_data(),
+                                                     nullptr, gy.raw_data(), gw.raw_data());
+          if (!found) return im2col::backward_weight(*this, gy, x, gw, args);
+          const Choice& c = *found;
           GRADUS_CUDNN_CHECK("conv2d backward", cudnnSetConvolutionMathType(d.conv, c.math));
           Workspace ws(c.workspace, p.device, "conv2d backward");
           const Scale s;

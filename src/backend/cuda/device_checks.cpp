@@ -80,6 +80,8 @@ void raise_one(const DeviceState& s) {
       "GRADUS_CUDA_SYNC_CHECKS=1 raises it at the op instead)"));
 }
 
+}  // namespace
+
 // No host code runs while a graph replays, so a value read back during a capture would be the
 // one of the capture (and the wait itself invalidates it).
 void refuse_host_wait(const char* op) {
@@ -87,8 +89,6 @@ void refuse_host_wait(const char* op) {
                     " waits for the GPU (a value read back to the host, such as item(), or a "
                     "synchronize), which");
 }
-
-}  // namespace
 
 void count_host_sync() noexcept {
   g_host_syncs.fetch_add(1, std::memory_order_relaxed);

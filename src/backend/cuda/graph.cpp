@@ -9,12 +9,15 @@
 // and a replay would then go wrong:
 //   * a block allocated during the capture and still alive at its end belongs to a tensor that
 //     escaped the region; each replay would need that memory again, so the capture is refused;
-//   * a block allocated before the capture and freed during it cannot be freed by the graph; it
-//     is freed once, when the capture ends, in the order of the thread's stream.
+//   * a block allocated before the capture and freed during it cannot be freed by the graph, and
+//     every replay still reads or writes it: the graph keeps it, and it goes back to the pool
+//     when the graph is destroyed (after the graph's last launch, in stream order). Freed at the
+//     end of the capture, another tensor could be given the block while replays still use it.
 // Host waits (item(), synchronize) and new random numbers are refused where they are asked for
 // (device_checks.cpp, misc.cpp), with a message naming them.
 #include <atomic>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -33,6 +36,12 @@ struct Capture {
 };
 
 thread_local Capture* t_capture = nullptr;
+
+// What capture_graph hands out: the instantiated graph and the blocks it keeps alive.
+struct CapturedGraph {
+  cudaGraphExec_t exec = nullptr;
+  std::vector<std::pair<void*, size_t>> kept;  // allocated before the capture, freed during it
+};
 
 // Addresses of graph memory from captures that failed: no graph will ever back them, so the
 // tensors still holding them (created inside the failed region) must not free them.
@@ -138,11 +147,12 @@ void* capture_graph(int device, const std::function<void()>& fn) {
   const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
   if (ended != cudaSuccess) cudaGetLastError();
   set_thread_stream(device, origin);
-  for (const auto& [ptr, nbytes] : capture.deferred) pool_free(ptr, nbytes, device, origin);
 
+  // A graph that will never run needs none of the blocks freed during its capture.
   auto discard = [&] {
     if (graph != nullptr) cudaGraphDestroy(graph);
     orphan(capture.live);
+    for (const auto& [ptr, nbytes] : capture.deferred) pool_free(ptr, nbytes, device, origin);
   };
   if (failure) {
     discard();
@@ -177,18 +187,22 @@ void* capture_graph(int device, const std::function<void()>& fn) {
   cudaGraphExec_t exec = nullptr;
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
-  GRADUS_CUDA_CHECK("cuda::Graph::capture (instantiate)", made);
-  return exec;
+  if (made != cudaSuccess) {
+    for (const auto& [ptr, nbytes] : capture.deferred) pool_free(ptr, nbytes, device, origin);
+    GRADUS_CUDA_CHECK("cuda::Graph::capture (instantiate)", made);
+  }
+  return new CapturedGraph{exec, std::move(capture.deferred)};
 }
 
 void replay_graph(int device, void* exec) {
   refuse_in_capture("replaying a graph");
   DeviceGuard guard(device);
   GRADUS_CUDA_CHECK("cuda::Graph::replay",
-                    cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), stream_of(device)));
+                    cudaGraphLaunch(static_cast<CapturedGraph*>(exec)->exec, stream_of(device)));
 }
 
 void destroy_graph(int device, void* exec) noexcept {
+  std::unique_ptr<CapturedGraph> captured(static_cast<CapturedGraph*>(exec));
   int current = -1;
   if (cudaGetDevice(&current) != cudaSuccess) {
     cudaGetLastError();
@@ -196,8 +210,10 @@ void destroy_graph(int device, void* exec) noexcept {
   }
   if (current != device) cudaSetDevice(device);
   // The graph's memory is freed inside it; destroying the graph returns it to the driver once its
-  // last launch has finished.
-  if (cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec)) != cudaSuccess) cudaGetLastError();
+  // last launch has finished. The blocks it kept follow its launches on this thread's stream.
+  if (cudaGraphExecDestroy(captured->exec) != cudaSuccess) cudaGetLastError();
+  for (const auto& [ptr, nbytes] : captured->kept)
+    pool_free(ptr, nbytes, device, stream_of(device));
   if (current != device) cudaSetDevice(current);
 }
 

@@ -27,8 +27,10 @@ void CudaBackend::index_select_rows(const Tensor& table, const Tensor& index, co
   DeviceGuard guard(out);
   const Tensor tc = contiguous_as(*this, table, out.dtype());
   const Tensor ic = contiguous_as(*this, index, DType::i64);
-  const int64_t row_bytes =
-      (tc.dim() > 1 ? tc.numel() / tc.size(0) : 1) * static_cast<int64_t>(tc.element_size());
+  // The product of the trailing sizes, not numel / rows: a [0, D] table has no rows to divide by.
+  int64_t row_elems = 1;
+  for (int64_t d = 1; d < tc.dim(); ++d) row_elems *= tc.size(d);
+  const int64_t row_bytes = row_elems * static_cast<int64_t>(tc.element_size());
   into_contiguous(*this, out, [&](const Tensor& o) {
     launch_index_select_rows(tc.raw_data(), static_cast<const int64_t*>(ic.raw_data()),
                              o.raw_data(), n, row_bytes, tc.dim() > 0 ? tc.size(0) : 1,

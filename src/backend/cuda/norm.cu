@@ -19,12 +19,6 @@ __device__ __forceinline__ void opt_store(void* p, DType t, int64_t i, C v) {
   if (p != nullptr) store_dyn(static_cast<char*>(p) + i * dtype_bytes(t), t, v);
 }
 
-// Sum over a warp (warp rows) or the block; every thread of the row gets the result.
-__device__ __forceinline__ double row_sum(double v, bool warp, double* shared) {
-  v = warp_sum(v);
-  return warp ? v : block_sum(v, shared);
-}
-
 // ------------------------------------------------------------------------------- layer norm
 template <typename T>
 __global__ void __launch_bounds__(kBlock)

@@ -71,7 +71,9 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t hh = h0; hh < h1; hh += g.dh) {
       for (int64_t ww = w0; ww < w1; ww += g.dw) {
         const C v = load(xp + hh * g.w + ww);
-        if (v >= best || v != v) {
+        // Strictly greater, as on the CPU and in PyTorch: the first of tied maxima keeps the
+        // gradient.
+        if (v > best || v != v) {
           best = v;
           bi = hh * g.w + ww;
         }

@@ -32,6 +32,18 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
       err == cudaErrorInsufficientDriver) {
     throw DeviceError(msg);
   }
+  // A faulting kernel is reported by whichever call next waits on the device, under that call's
+  // name, not at the kernel that faulted.
+  if (err == cudaErrorIllegalAddress || err == cudaErrorLaunchFailure ||
+      err == cudaErrorMisalignedAddress || err == cudaErrorIllegalInstruction ||
+      err == cudaErrorInvalidPc || err == cudaErrorHardwareStackError || err == cudaErrorAssert ||
+      err == cudaErrorInvalidAddressSpace) {
+    throw Error(detail::str_cat(
+        msg,
+        "; a kernel fault surfaces at the next call that waits on the device, which may not be "
+        "the op that launched the faulty kernel: rerun with CUDA_LAUNCH_BLOCKING=1 (every launch "
+        "waits, so the error names the kernel's op) or under compute-sanitizer to find it"));
+  }
   throw Error(msg);
 }
 
@@ -370,6 +382,9 @@ void CudaBackend::copy_to_host(const Tensor& src, void* host) {
   const int device = src.device().index();
   DeviceGuard guard(device);
   cudaStream_t stream = stream_of(device);
+  // Refused before the copy is enqueued: inside a capture the copy itself would fail with a CUDA
+  // error instead of the GraphCaptureError that names the read.
+  refuse_host_wait("copy from cuda");
   GRADUS_CUDA_CHECK("copy from cuda",
                     cudaMemcpyAsync(host, src.raw_data(), nbytes, cudaMemcpyDeviceToHost, stream));
   wait_stream(stream, device, "copy from cuda");
@@ -378,6 +393,9 @@ void CudaBackend::copy_to_host(const Tensor& src, void* host) {
 namespace {
 // Peer access from `device` to `peer`'s memory, enabled once per pair where the hardware allows
 // it (NVLink or PCIe P2P); without it cudaMemcpyPeerAsync still works, staged by the driver.
+// Memory of a stream-ordered pool is not covered by cudaDeviceEnablePeerAccess: the peer's pool
+// must also grant `device` access to its blocks (cudaMemPoolSetAccess), as every tensor's block
+// comes from that pool.
 void enable_peer_access(int device, int peer) {
   static std::once_flag once[kMaxDevices][kMaxDevices];
   std::call_once(once[device][peer], [&] {
@@ -386,9 +404,17 @@ void enable_peer_access(int device, int peer) {
       cudaGetLastError();
       return;
     }
-    DeviceGuard guard(device);
-    const cudaError_t err = cudaDeviceEnablePeerAccess(peer, 0);
-    if (err != cudaSuccess) cudaGetLastError();  // already enabled (by another library) is fine
+    {
+      DeviceGuard guard(device);
+      const cudaError_t err = cudaDeviceEnablePeerAccess(peer, 0);
+      if (err != cudaSuccess) cudaGetLastError();  // already enabled (by another library) is fine
+    }
+    cudaMemAccessDesc access{};
+    access.location.type = cudaMemLocationTypeDevice;
+    access.location.id = device;
+    access.flags = cudaMemAccessFlagsProtReadWrite;
+    GRADUS_CUDA_CHECK("copy between devices (pool access)",
+                      cudaMemPoolSetAccess(device_state(peer).pool, &access, 1));
   });
 }
 

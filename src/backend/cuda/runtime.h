@@ -106,6 +106,8 @@ void set_thread_stream(int index, cudaStream_t stream);
 // found out of range since the last such wait, if any (an event wait does not: events also order
 // internal work). `op` names the caller in a CUDA error.
 void wait_stream(cudaStream_t stream, int device, const char* op);
+// Throws GraphCaptureError when the calling thread is capturing: `op` would wait for the GPU.
+void refuse_host_wait(const char* op);
 void wait_device(int device, const char* op);
 void wait_event(cudaEvent_t event, const char* op);
 // Counts a wait made elsewhere (the allocator's out-of-memory retry, the profiler's clock).

@@ -82,13 +82,6 @@ __device__ __forceinline__ MaxSum<C> row_merge(MaxSum<C> v, bool warp, MaxSum<C>
   return v;
 }
 
-template <typename C>
-__device__ __forceinline__ C row_sum(C v, bool warp, C* shared) {
-  v = warp_sum(v);
-  if (warp) return v;
-  return block_sum(v, shared);
-}
-
 // ------------------------------------------------------------------------------- softmax
 template <typename T>
 __global__ void __launch_bounds__(kRowBlock)

@@ -65,21 +65,20 @@ class NcclWork final : public Work {
   ~NcclWork() override { cudaEventDestroy(done_); }
   cudaEvent_t event() const { return done_; }
 
+  // Done, not yet, or throws: a failed collective (a CUDA error on the event, or an asynchronous
+  // NCCL error while it is pending) is never reported as completed.
   bool is_completed() override {
-    const cudaError_t e = cudaEventQuery(done_);
-    return e != cudaErrorNotReady;
+    if (done()) return true;
+    throw_async_error();
+    return false;
   }
 
   void wait() override {
     // Host-side watchdog: poll the event (NCCL ops cannot be waited on with a deadline
     // otherwise), abort the communicator on a timeout or an asynchronous NCCL error.
     const auto start = std::chrono::steady_clock::now();
-    while (cudaEventQuery(done_) == cudaErrorNotReady) {
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress) {
-        throw DistError("dist: " + what_ + " failed: " + ncclGetErrorString(async));
-      }
+    while (!done()) {
+      throw_async_error();
       if (std::chrono::steady_clock::now() - start > timeout_) {
         ncclCommAbort(comm_);
         throw DistError("dist: " + what_ + " timed out after " +
@@ -90,7 +89,6 @@ class NcclWork final : public Work {
       // DDP waits only at the end of backward, where the host has nothing else to do.
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    check_cuda(cudaEventQuery(done_), "dist: " + what_);
     check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(cuda::current_stream()), done_, 0),
                "dist: " + what_);
   }
@@ -99,6 +97,26 @@ class NcclWork final : public Work {
   std::string what_;
   ncclComm_t comm_;
   Tensor a_, b_;  // kept alive until the work is dropped
+
+  // Whether the event has completed; throws the CUDA error it reports instead. cudaEventQuery's
+  // "not ready" is also left as the thread's last error, and is cleared here: the next launch
+  // check (cudaGetLastError) would otherwise report it as that launch's failure.
+  bool done() {
+    const cudaError_t e = cudaEventQuery(done_);
+    if (e == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    check_cuda(e, "dist: " + what_);
+    return true;
+  }
+  void throw_async_error() {
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      throw DistError("dist: " + what_ + " failed: " + ncclGetErrorString(async));
+    }
+  }
   std::chrono::duration<double> timeout_;
   cudaEvent_t done_ = nullptr;
 };
