@@ -2,6 +2,7 @@
 """GPT training throughput: gradus vs PyTorch eager, same model, batch, context, threads, float32.
 
     python3 bench/compare_gpt.py [--gradus build/apps/gradus/gradus] [--threads 2] [--repeats 5]
+                                 [--device cpu|cuda]
 
 The model is nanoGPT's (token + position embeddings, pre-norm blocks with causal self-attention
 through F.scaled_dot_product_attention and a GELU MLP, tied head) at the CPU configuration of its
@@ -54,7 +55,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(width)
 
     def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for block in self.blocks:
             x = block(x)
         return F.linear(self.ln_f(x), self.wte.weight)
@@ -62,9 +63,12 @@ class GPT(nn.Module):
 
 def torch_run(args):
     model = GPT(args.vocab, args.context, args.layers, args.heads, args.width).train()
+    model.to(args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
-    xs = [torch.randint(0, args.vocab, (args.batch, args.context)) for _ in range(16)]
-    ys = [torch.randint(0, args.vocab, (args.batch, args.context)) for _ in range(16)]
+    xs = [torch.randint(0, args.vocab, (args.batch, args.context), device=args.device)
+          for _ in range(16)]
+    ys = [torch.randint(0, args.vocab, (args.batch, args.context), device=args.device)
+          for _ in range(16)]
     times = []
     for i in range(args.warmup + args.steps):
         t0 = time.perf_counter()
@@ -73,7 +77,7 @@ def torch_run(args):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        loss.item()
+        loss.item()  # waits for the device, as gradus's step does
         if i >= args.warmup:
             times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
@@ -83,7 +87,7 @@ def gradus_run(args):
     cmd = [args.gradus, "bench", "--model", "gpt", "--batch-size", str(args.batch), "--context",
            str(args.context), "--layers", str(args.layers), "--heads", str(args.heads), "--width",
            str(args.width), "--vocab-size", str(args.vocab), "--threads", str(args.threads),
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", "cpu"]
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["ms_per_step"]
 
@@ -101,6 +105,7 @@ def main():
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--vocab", type=int, default=65)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (both frameworks)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -114,7 +119,8 @@ def main():
     # Each repeat runs the two sides back to back: the ratio within a repeat cancels the drift of
     # a shared machine's speed between repeats, so its median is the steadier figure.
     pairs = [b / a for a, b in zip(g, t)]
-    print(json.dumps({"benchmark": "gpt_train_step", "threads": args.threads, "batch": args.batch,
+    print(json.dumps({"benchmark": "gpt_train_step", "device": args.device,
+                      "threads": args.threads, "batch": args.batch,
                       "context": args.context, "layers": args.layers, "width": args.width,
                       "torch": torch.__version__, "gradus_ms": round(gm, 2),
                       "torch_ms": round(tm, 2), "gradus_tokens_per_s": round(tokens / gm * 1e3),

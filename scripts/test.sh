@@ -5,7 +5,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build.sh
-ctest --test-dir "${GRADUS_BUILD_DIR:-build}" --output-on-failure -j"$(nproc)" "$@"
+build_dir=${GRADUS_BUILD_DIR:-build}
+# Which kernels this run's tests use (the machine's OPENBLAS_CORETYPE, if any, decides OpenBLAS's):
+# bitwise and tolerance checks can depend on them, so every CI log names them.
+if [ -x "$build_dir/apps/gradus/gradus" ]; then
+  echo "== OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}"
+  "$build_dir/apps/gradus/gradus" info | grep -E '^(BLAS|CPU kernels|cpu):' || true
+fi
+ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" "$@"
+
+# The bundle a GPU machine's check runs from, rehearsed here with the dependencies and the CUDA
+# toolkit hidden (about a minute; README, "Checking a GPU machine").
+if [ -f "$build_dir/lib/libgradus_backend_cuda.so" ]; then
+  echo "== GPU bundle and the rehearsal of its check"
+  ./scripts/gpu_bundle.sh "$build_dir"
+  ./scripts/gpu_check.sh --rehearse
+fi
 
 if [[ "${GRADUS_TEST_SANITIZERS:-1}" != 0 ]]; then
   asan_dir=${GRADUS_ASAN_BUILD_DIR:-build-asan}
