@@ -99,6 +99,24 @@ TEST_F(Nccl, CommunicationIsOrderedWithTheComputeStream) {
   }
 }
 
+// Polling a pending collective (is_completed, as a training loop would between steps) sees the
+// event "not ready", which CUDA also leaves as the thread's last error: the next kernel launch
+// must not report it as its own failure, and a completed collective reports done. The collective
+// waits behind a long matrix product, so the polls do see it pending (asserted).
+TEST_F(Nccl, PollingAPendingCollectiveLeavesNoErrorForTheNextLaunch) {
+  REQUIRE_CUDA();
+  const Tensor a = random_tensor({4096, 4096}, shared_seed(), -1.0, 1.0, DType::f32).to(gpu());
+  Tensor y = matmul(matmul(matmul(a, a), a), a);  // queued; the host does not wait
+  dist::WorkPtr w = pg->all_reduce(y, ReduceOp::sum, "y");
+  int64_t pending_polls = 0;
+  while (!w->is_completed()) ++pending_polls;
+  EXPECT_GT(pending_polls, 0) << "the collective finished before the first poll: nothing tested";
+  Tensor z;
+  EXPECT_NO_THROW(z = add(y, 1.0));
+  EXPECT_NO_THROW(w->wait());
+  EXPECT_TRUE(std::isfinite(sum(z).item()));
+}
+
 // DDP on CUDA: each rank's shard, one backward; the averaged gradients equal the gradient of the
 // whole batch computed in one process on the CPU.
 TEST_F(Nccl, DdpGradientsMatchTheOneProcessCpuReference) {

@@ -32,6 +32,21 @@ TEST(CudaIndexing, SelectAndAddRows) {
   }
 }
 
+// An embedding table without rows: every index is out of range, reported as the CPU reports it
+// (an IndexError naming the op), never a division by zero on the host.
+TEST(CudaIndexing, EmbeddingOfATableWithoutRowsIsAnIndexError) {
+  GRADUS_REQUIRE_GPU();
+  for (const Device& device : {Device::cpu(), cuda0()}) {
+    SCOPED_TRACE(device.str());
+    const Tensor table = empty({0, 4}, {DType::f32, device});
+    const Tensor index = zeros({3}, {DType::i64, device});
+    EXPECT_THROW((void)embedding(table, index).cpu(), IndexError);
+    // An empty index on the same table is an empty result.
+    const Tensor none = embedding(table, empty({0}, {DType::i64, device}));
+    EXPECT_EQ(none.sizes(), (Shape{0, 4}));
+  }
+}
+
 TEST(CudaIndexing, GatherScatterAdd) {
   GRADUS_REQUIRE_GPU();
   for (DType t : {DType::f32, DType::f64, DType::bf16, DType::i32, DType::u8}) {
