@@ -20,22 +20,12 @@
 #include "gradus/gradus.h"
 #include "gradus/nn/models.h"
 #include "gradus/optim/adam.h"
+#include "gradus/train/strategy.h"
 #include "timing.h"
 
 namespace gradus::cli {
 
 namespace {
-
-uint64_t optimizer_state_bytes(const optim::Optimizer& optimizer) {
-  if (auto* zero = dynamic_cast<const dist::ZeroRedundancyOptimizer*>(&optimizer)) {
-    return zero->state_bytes();
-  }
-  uint64_t bytes = 0;
-  for (const auto& [key, t] : optimizer.state_dict().tensors) {
-    bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
-  }
-  return bytes;
-}
 
 // Every rank's value, in rank order (a collective).
 std::vector<double> gather(dist::ProcessGroup& group, double value) {
@@ -86,23 +76,14 @@ int run_bench_dist(const BenchOptions& o) {
   std::shared_ptr<nn::Module> model = nn::make_model(name);
   model->to(device);
   model->train();
-  std::unique_ptr<optim::Optimizer> optimizer;
-  std::shared_ptr<nn::Module> net = model;
-  std::shared_ptr<dist::DistributedDataParallel> ddp;
-  std::unique_ptr<dist::ParameterServer> server;
-  if (o.dist == "ddp") {
-    optimizer = std::make_unique<optim::Adam>(model->parameters());
-    ddp = std::make_shared<dist::DistributedDataParallel>(
-        model, dist::DDPOptions{.bucket_cap_mb = o.bucket_cap_mb, .overlap = !o.no_overlap});
-    net = ddp;
-  } else if (o.dist == "ps") {
-    optimizer = std::make_unique<optim::Adam>(model->parameters());
-    server = std::make_unique<dist::ParameterServer>(model, *optimizer);
-  } else {
-    optimizer = std::make_unique<dist::ZeroRedundancyOptimizer>(
-        model->parameters(),
-        [](std::vector<Tensor> shard) { return std::make_unique<optim::Adam>(std::move(shard)); });
-  }
+  const std::unique_ptr<train::Strategy> strategy = train::make_strategy(
+      o.dist,
+      {.ddp = dist::DDPOptions{.bucket_cap_mb = o.bucket_cap_mb, .overlap = !o.no_overlap}});
+  strategy->setup(model, [](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(p); });
+  optim::Optimizer& optimizer = strategy->optimizer();
+  amp::GradScaler scaler({.enabled = false});
+  // DDP's own figures: how long backward waited for communication.
+  const auto* ddp = dynamic_cast<const dist::DistributedDataParallel*>(&strategy->module());
 
   // Each rank's own pool of random batches (see bench.cpp for why a pool).
   manual_seed(o.seed + 1 + static_cast<uint64_t>(world.rank));
@@ -114,14 +95,11 @@ int run_bench_dist(const BenchOptions& o) {
   size_t next = 0;
   auto step = [&] {
     const size_t i = next++ % xs.size();
-    optimizer->zero_grad();
-    const Tensor loss = cross_entropy((*net)(xs[i]), ys[i]);
+    optimizer.zero_grad();
+    strategy->before_forward();
+    const Tensor loss = cross_entropy(strategy->module()(xs[i]), ys[i]);
     loss.backward();
-    if (server) {
-      server->step();
-    } else {
-      optimizer->step();
-    }
+    strategy->step(scaler);
     return loss.item();  // waits for the device
   };
   for (int i = 0; i < o.warmup; ++i) step();
@@ -144,7 +122,7 @@ int run_bench_dist(const BenchOptions& o) {
   const std::vector<double> sent_all = gather(*group, sent);
   const std::vector<double> received_all = gather(*group, received);
   const std::vector<double> state_all =
-      gather(*group, static_cast<double>(optimizer_state_bytes(*optimizer)));
+      gather(*group, static_cast<double>(optimizer.state_bytes()));
   const std::vector<double> wait_all = gather(*group, wait_ms);
   const std::vector<double> loss_all = gather(*group, last_loss);
   if (world.rank != 0) return 0;

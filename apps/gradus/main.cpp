@@ -17,6 +17,7 @@
 #include "gradus/core/error.h"
 #include "gradus/dist/process_group.h"
 #include "gradus/nn/models.h"
+#include "gradus/train/strategy.h"
 #include "profile_cmd.h"
 
 namespace {
@@ -32,6 +33,25 @@ const CLI::Validator kDevice(
       }
     },
     "DEVICE");
+
+// --dist: the training layer's data-parallel strategies (every registered one but "local"), and
+// a help text listing them with what each does.
+std::vector<std::string> dist_choices() {
+  std::vector<std::string> names;
+  for (const gradus::train::StrategyInfo& s : gradus::train::strategies()) {
+    if (std::string(s.name) != "local") names.push_back(s.name);
+  }
+  return names;
+}
+std::string dist_help(const std::string& what) {
+  std::string text = what + ": ";
+  for (const gradus::train::StrategyInfo& s : gradus::train::strategies()) {
+    if (std::string(s.name) == "local") continue;
+    if (text.back() != ' ') text += "; ";
+    text += std::string(s.name) + " (" + s.description + ")";
+  }
+  return text;
+}
 
 // Number checks. CLI11's Range lets NaN through (every comparison with NaN is false) and prints
 // its bounds as 309-digit numbers; these reject NaN and infinity and say plainly what is
@@ -242,10 +262,8 @@ void add_train(CLI::App& app, TrainOptions& o) {
   c->add_flag("--cuda-graph", o.cuda_graph,
               "Capture the training step as a CUDA graph after warm-up and replay it (fixed "
               "shapes; a step that cannot be captured runs as usual, with the reason printed)");
-  c->add_option("--dist", o.dist,
-                "Data-parallel training over the ranks of mpirun/srun: ddp (all-reduce), ps "
-                "(parameter server on rank 0) or zero1 (sharded optimizer state)")
-      ->check(CLI::IsMember({"ddp", "ps", "zero1"}));
+  c->add_option("--dist", o.dist, dist_help("Data-parallel training over the ranks of mpirun/srun"))
+      ->check(CLI::IsMember(dist_choices()));
   c->add_option("--dist-timeout", o.dist_timeout,
                 "Seconds a rank waits on a collective before the job stops, naming the rank "
                 "that stopped answering")
@@ -319,9 +337,9 @@ void add_bench(CLI::App& app, BenchOptions& o) {
               "Measure GEMM FLOP/s per dtype and copy bandwidth as fractions of the device's "
               "theoretical peaks (--gemm N sets the size; default 2048 on the CPU, 8192 on a GPU)");
   c->add_option("--dist", o.dist,
-                "Time the global data-parallel step over the ranks of mpirun/srun: ddp, ps or "
-                "zero1 (--batch-size is the global batch)")
-      ->check(CLI::IsMember({"ddp", "ps", "zero1"}));
+                dist_help("Time the global data-parallel step over the ranks of mpirun/srun "
+                          "(--batch-size is the global batch)"))
+      ->check(CLI::IsMember(dist_choices()));
   c->add_option("--dist-timeout", o.dist_timeout, "Seconds a rank waits on a collective")
       ->check(kFinitePositiveSeconds)
       ->capture_default_str();

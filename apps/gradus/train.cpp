@@ -34,6 +34,7 @@
 #include "gradus/io/io.h"
 #include "gradus/nn/models.h"
 #include "gradus/optim/optim.h"
+#include "gradus/train/strategy.h"
 #include "profile_cmd.h"
 #include "progress.h"
 #include "run_monitor.h"
@@ -107,21 +108,25 @@ int run_train_images(const TrainOptions& options) {
   }
 
   check_image_data_options(o);
+  // How the model and its optimizer spread over the ranks (gradus/train/strategy.h); what it
+  // cannot do is refused here, naming the option.
+  const std::unique_ptr<train::Strategy> strategy =
+      train::make_strategy(distributed ? o.dist : "local");
   // --cuda-graph replays a step recorded on a GPU; the exchanges of a distributed step and the
   // f16 scaler's overflow check are host decisions a replay could not repeat.
   GRADUS_CHECK(!o.cuda_graph || device.is_cuda(), ValueError,
                "train: --cuda-graph needs a CUDA device, and the run is on ", device.str(),
                " (--device ", o.device, ")");
-  GRADUS_CHECK(!o.cuda_graph || !distributed, ValueError,
-               "train: --cuda-graph is not supported with --dist (each step exchanges values "
-               "through the host)");
+  GRADUS_CHECK(!o.cuda_graph || strategy->caps().graph_capture, ValueError,
+               "train: --cuda-graph is not supported with --dist ", o.dist,
+               " (each step exchanges values through the host)");
   GRADUS_CHECK(!o.cuda_graph || o.amp != "f16", ValueError,
                "train: --cuda-graph is not supported with --amp f16 (the loss scaler decides on "
                "the host whether to skip each step; --amp bf16 needs no scaler)");
 
   // --amp f16 scales the loss; the scaler's skip decision needs the same gradients on every rank,
-  // which only DDP (gradients all-reduced before the step) gives.
-  GRADUS_CHECK(o.amp != "f16" || o.dist.empty() || o.dist == "ddp", ValueError,
+  // which averaging them before the step gives.
+  GRADUS_CHECK(o.amp != "f16" || strategy->caps().loss_scaling, ValueError,
                "train: --amp f16 with --dist ", o.dist,
                " is not supported (loss scaling needs all-reduced gradients: use --dist ddp, or "
                "--amp bf16, which needs no loss scaling)");
@@ -177,33 +182,9 @@ int run_train_images(const TrainOptions& options) {
   const double lr = o.lr_scaling == "linear" ? o.lr * static_cast<double>(o.batch_size) /
                                                    static_cast<double>(o.lr_reference_batch)
                                              : o.lr;
-  std::unique_ptr<optim::Optimizer> optimizer;
-  std::shared_ptr<nn::Module> net = model;  // what the forward pass runs
-  std::unique_ptr<dist::ParameterServer> server;
-  if (o.dist == "zero1") {
-    // Every rank starts from rank 0's weights (the seed makes them equal; this makes it certain).
-    auto group = dist::default_group();
-    std::vector<dist::WorkPtr> works;
-    const nn::StateDict state = model->state_dict();
-    for (const auto& [name, t] : state) works.push_back(group->broadcast(t.detach(), 0, name));
-    dist::wait_all(works);
-    optimizer = std::make_unique<dist::ZeroRedundancyOptimizer>(
-        model->parameters(),
-        [&](std::vector<Tensor> shard) { return make_optimizer(o, lr, std::move(shard)); });
-  } else {
-    optimizer = make_optimizer(o, lr, model->parameters());
-  }
-  if (o.dist == "ddp") net = std::make_shared<dist::DistributedDataParallel>(model);
-  if (o.dist == "ps") server = std::make_unique<dist::ParameterServer>(model, *optimizer);
-  // BatchNorm statistics follow rank 0's before every forward (DDP does this itself).
-  auto sync_buffers = [&] {
-    if (o.dist != "zero1" || world.size == 1) return;
-    std::vector<dist::WorkPtr> works;
-    for (const Tensor& b : model->buffers()) {
-      works.push_back(dist::default_group()->broadcast(b.detach(), 0, "buffers"));
-    }
-    dist::wait_all(works);
-  };
+  strategy->setup(model,
+                  [&](std::vector<Tensor> p) { return make_optimizer(o, lr, std::move(p)); });
+  optim::Optimizer& optimizer = strategy->optimizer();
 
   // The data last: a bad model option (--freeze PREFIX) fails before the dataset is read.
   std::shared_ptr<data::TensorDataset> train_set = load_image_split(o, /*train=*/true);
@@ -237,14 +218,14 @@ int run_train_images(const TrainOptions& options) {
                            : "");
 
   const std::shared_ptr<optim::LRScheduler> scheduler =
-      make_scheduler(o, *optimizer, total_steps, steps_per_epoch);
+      make_scheduler(o, optimizer, total_steps, steps_per_epoch);
 
   const std::string config = run_config_json(o, get_num_threads(), device.str());
   if (!lead) std::freopen("/dev/null", "w", stdout);  // one voice: rank 0 reports
-  const StartPoint start = find_start(o, config, *model, scaler, *optimizer, scheduler.get());
+  const StartPoint start = find_start(o, config, *model, scaler, optimizer, scheduler.get());
   // A replayed step reads its learning rate and step count from the device.
-  if (o.cuda_graph) optimizer->set_capturable(true);
-  Checkpointer checkpoints(o, *model, *optimizer, scheduler.get(), scaler, config, lead);
+  if (o.cuda_graph) optimizer.set_capturable(true);
+  Checkpointer checkpoints(o, *model, optimizer, scheduler.get(), scaler, config, lead);
   if (!start.path.empty()) checkpoints.loaded(start.step, start.position, start.path);
   if (checkpoints.enabled()) install_stop_handlers();
 
@@ -317,24 +298,20 @@ int run_train_images(const TrainOptions& options) {
     DeferredLosses losses(device, o.read_loss_every);
     auto train_step = [&](const Tensor& input, const Tensor& target) {
       // A graph's gradients must stay where the capture found them: zeroed in place.
-      optimizer->zero_grad(/*set_to_none=*/!o.cuda_graph);
-      sync_buffers();
+      optimizer.zero_grad(/*set_to_none=*/!o.cuda_graph);
+      strategy->before_forward();
       Tensor loss;
       {
         amp::Autocast autocast(amp_dtype.value_or(DType::bf16), amp_dtype.has_value());
-        loss = cross_entropy((*net)(input), target);
+        loss = cross_entropy(strategy->module()(input), target);
       }
       scaler.scale(loss).backward();  // scale() is the loss itself unless --amp f16
-      if (server) {
-        server->step();
-      } else {
-        scaler.step(*optimizer);  // skipped when f16 gradients overflowed
-      }
+      strategy->step(scaler);         // skipped when f16 gradients overflowed
       scaler.update();
       return loss;
     };
     for (data::Example& batch : train_loader) {
-      const double lr = optimizer->lr();
+      const double lr = optimizer.lr();
       const Tensor loss = step_graph.run(batch.input, batch.target, train_step);
       if (scheduler) scheduler->step();
       ++step;
@@ -387,7 +364,7 @@ int run_train_images(const TrainOptions& options) {
     const double train_loss =
         progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.samples, 1));
     // The lr of the epoch's last step (restored when the epoch ended just before a resume).
-    const double lr = progress.samples > 0 ? progress.last_lr : optimizer->lr();
+    const double lr = progress.samples > 0 ? progress.last_lr : optimizer.lr();
     // The most memory tensors held during the epoch (on the training device).
     const size_t peak = epoch_peak();
     const data::LoaderStats loader_stats = train_loader.stats();

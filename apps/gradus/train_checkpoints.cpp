@@ -127,12 +127,8 @@ StartPoint find_start(const TrainOptions& o, const std::string& config, nn::Modu
   for (const std::string& note : check_resume_config(state.config, config, *latest)) {
     std::fprintf(stderr, "gradus train: warning: %s\n", note.c_str());
   }
-  if (auto* zero = dynamic_cast<dist::ZeroRedundancyOptimizer*>(&optimizer)) {
-    io::restore_training_state(state, model, nullptr, scheduler, /*restore_rng=*/true);
-    zero->load_consolidated_state_dict(state.optimizer);  // this rank's shard of it
-  } else {
-    io::restore_training_state(state, model, &optimizer, scheduler, /*restore_rng=*/true);
-  }
+  // (A sharded optimizer takes this rank's shard of the whole state.)
+  io::restore_training_state(state, model, &optimizer, scheduler, /*restore_rng=*/true);
   if (scaler.is_enabled() && !state.scaler.empty()) scaler.load_state_dict(state.scaler);
   if (dist::rank() == 0) prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints);
   start.step = state.step;

@@ -39,13 +39,10 @@ class Checkpointer {
   std::string save(int64_t step, data::LoaderPosition next, const EpochProgress& progress) {
     if (!enabled()) return {};
     if (step == last_step_ && next == last_position_) return last_path_;
+    // A sharded optimizer's state_dict() gathers (a collective: every rank is here) the state one
+    // unsharded optimizer would have, so the checkpoint resumes at any world size.
     io::TrainingState s = io::capture_training_state(model_, &optimizer_, step, scheduler_);
     if (scaler_.is_enabled()) s.scaler = scaler_.state_dict();
-    // A sharded optimizer's state is gathered (a collective: every rank is here) into the
-    // state one unsharded optimizer would have, so the checkpoint resumes at any world size.
-    if (auto* zero = dynamic_cast<dist::ZeroRedundancyOptimizer*>(&optimizer_)) {
-      s.optimizer = zero->consolidated_state_dict();
-    }
     last_step_ = step;
     last_position_ = next;
     if (!writer_) return {};  // rank 0 writes for the world

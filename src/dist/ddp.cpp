@@ -7,6 +7,7 @@
 
 #include "dist/flat.h"
 #include "gradus/autograd.h"
+#include "gradus/dist/module_sync.h"
 #include "gradus/ops.h"
 
 namespace gradus::dist {
@@ -229,15 +230,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     check_same_model(*group_, all);
   }
   // Every replica starts from rank 0's state.
-  NoGradGuard no_grad;
-  std::vector<WorkPtr> works;
-  for (const Tensor& t : module_->parameters()) {
-    works.push_back(group_->broadcast(t.detach(), 0, "initial parameters"));
-  }
-  for (const Tensor& t : module_->buffers()) {
-    works.push_back(group_->broadcast(t.detach(), 0, "initial buffers"));
-  }
-  wait_all(works);
+  broadcast_module_state(*module_, *group_, 0);
 
   reducer_ = std::make_shared<Reducer>(group_, trainable, options_);
   reducer_->register_hooks();
@@ -246,14 +239,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
 DistributedDataParallel::~DistributedDataParallel() = default;
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
-  if (is_training() && options_.broadcast_buffers && group_->size() > 1) {
-    NoGradGuard no_grad;
-    std::vector<WorkPtr> works;
-    for (const Tensor& t : module_->buffers()) {
-      works.push_back(group_->broadcast(t.detach(), 0, "buffers"));
-    }
-    wait_all(works);
-  }
+  if (is_training() && options_.broadcast_buffers) broadcast_buffers(*module_, *group_, 0);
   if (is_grad_enabled()) reducer_->prepare(sync_);
   return (*module_)(x);
 }

@@ -1,5 +1,7 @@
 #include "gradus/dist/parameter_server.h"
 
+#include "gradus/dist/module_sync.h"
+
 #include "dist/flat.h"
 #include "gradus/autograd.h"
 #include "gradus/ops.h"
@@ -39,15 +41,7 @@ ParameterServer::ParameterServer(std::shared_ptr<nn::Module> model, optim::Optim
     }
     layouts_.push_back(std::move(l));
   }
-  NoGradGuard no_grad;
-  std::vector<WorkPtr> works;
-  for (const Tensor& t : model_->parameters()) {
-    works.push_back(group_->broadcast(t.detach(), options.server, "initial parameters"));
-  }
-  for (const Tensor& t : model_->buffers()) {
-    works.push_back(group_->broadcast(t.detach(), options.server, "initial buffers"));
-  }
-  wait_all(works);
+  broadcast_module_state(*model_, *group_, options.server);
 }
 
 ParameterServer::~ParameterServer() = default;
@@ -133,10 +127,7 @@ void ParameterServer::step() {
     }
   }
   // BatchNorm statistics follow the server's.
-  for (const Tensor& b : model_->buffers()) {
-    works.push_back(group_->broadcast(b.detach(), server, "buffers"));
-  }
-  wait_all(works);
+  broadcast_buffers(*model_, *group_, server);
 }
 
 }  // namespace gradus::dist

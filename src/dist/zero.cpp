@@ -127,8 +127,7 @@ std::map<std::string, double> ZeroRedundancyOptimizer::group_options(size_t) con
   return out;
 }
 void ZeroRedundancyOptimizer::set_group_options(size_t, const std::map<std::string, double>&) {
-  throw ValueError(
-      "ZeroRedundancyOptimizer: use load_consolidated_state_dict to restore its state");
+  throw ValueError("ZeroRedundancyOptimizer: use load_state_dict to restore its state");
 }
 
 size_t ZeroRedundancyOptimizer::num_buffers() const {
@@ -139,13 +138,10 @@ ZeroRedundancyOptimizer::Shard ZeroRedundancyOptimizer::shard(size_t buffer) con
 }
 
 uint64_t ZeroRedundancyOptimizer::state_bytes() const {
-  uint64_t bytes = 0;
-  const optim::OptimizerState s = local_->state_dict();
-  for (const auto& [k, t] : s.tensors) bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
-  return bytes;
+  return local_->state_bytes();  // the shard's
 }
 
-optim::OptimizerState ZeroRedundancyOptimizer::consolidated_state_dict() {
+optim::OptimizerState ZeroRedundancyOptimizer::state_dict() const {
   NoGradGuard no_grad;
   const optim::OptimizerState local = local_->state_dict();
   const std::vector<Tensor>& params = groups_[0];
@@ -179,7 +175,7 @@ optim::OptimizerState ZeroRedundancyOptimizer::consolidated_state_dict() {
   return full;
 }
 
-void ZeroRedundancyOptimizer::load_consolidated_state_dict(const optim::OptimizerState& full) {
+void ZeroRedundancyOptimizer::load_state_dict(const optim::OptimizerState& full) {
   NoGradGuard no_grad;
   const std::vector<Tensor>& params = groups_[0];
   GRADUS_CHECK(full.type == local_->type_name(), ValueError,

@@ -149,6 +149,18 @@ std::vector<int64_t> Optimizer::device_steps() const {
 }
 
 // ------------------------------------------------------------------------------------ state_dict
+uint64_t Optimizer::state_bytes() const {
+  uint64_t bytes = 0;
+  for (const std::vector<ParamState>& group : state_) {
+    for (const ParamState& state : group) {
+      for (const auto& [name, t] : state.tensors) {
+        if (t.defined()) bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
+      }
+    }
+  }
+  return bytes;
+}
+
 OptimizerState Optimizer::state_dict() const {
   OptimizerState out;
   out.type = type_name();

@@ -5,6 +5,7 @@
 
 #include "gradus/dist/ddp.h"
 #include "gradus/dist/layout.h"
+#include "gradus/dist/module_sync.h"
 #include "gradus/dist/parameter_server.h"
 #include "gradus/dist/pipeline.h"
 #include "gradus/dist/process_group.h"

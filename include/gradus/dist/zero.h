@@ -49,17 +49,17 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   };
   size_t num_buffers() const;
   Shard shard(size_t buffer) const;
-  // The local optimizer's state (shard-shaped tensors) and bytes of it on this rank.
+  // The local optimizer's state (shard-shaped tensors); state_bytes() counts it.
   const optim::Optimizer& local() const { return *local_; }
   optim::Optimizer& local() { return *local_; }
-  uint64_t state_bytes() const;
+  uint64_t state_bytes() const override;
 
   // Checkpoints: the state an unsharded optimizer of the same type over the same parameters
   // would have (collective: every rank must call it; the result is complete on every rank), and
   // back (every rank takes its shard of it). A checkpoint written at one world size therefore
   // resumes at any other.
-  optim::OptimizerState consolidated_state_dict();
-  void load_consolidated_state_dict(const optim::OptimizerState& state);
+  optim::OptimizerState state_dict() const override;
+  void load_state_dict(const optim::OptimizerState& state) override;
   ProcessGroup& group() const { return *group_; }
 
  protected:

@@ -81,12 +81,18 @@ class Optimizer {
   void set_capturable(bool on);
   bool capturable() const { return !device_scalars_.empty(); }
 
-  OptimizerState state_dict() const;
+  // Bytes of optimizer state this process holds (a sharded optimizer: its shard's).
+  virtual uint64_t state_bytes() const;
+
+  // The state an optimizer of this type over these parameters has, whatever spreads it: a
+  // sharded optimizer (dist::ZeroRedundancyOptimizer) gathers it, collectively (every rank of its
+  // group calls it), so checkpoints never ask which optimizer they hold.
+  virtual OptimizerState state_dict() const;
   // Restores hyperparameters, step counts and state tensors (copied to each parameter's device
-  // and dtype). Throws ValueError when the type, group count, parameter counts or keys do not
-  // match this optimizer, ShapeError when a state tensor's shape differs from its parameter's.
-  // Nothing changes when it throws.
-  void load_state_dict(const OptimizerState& state);
+  // and dtype; a sharded optimizer keeps its shard). Throws ValueError when the type, group count,
+  // parameter counts or keys do not match this optimizer, ShapeError when a state tensor's shape
+  // differs from its parameter's. Nothing changes when it throws.
+  virtual void load_state_dict(const OptimizerState& state);
 
  protected:
   Optimizer() = default;

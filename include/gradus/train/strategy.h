@@ -1,0 +1,105 @@
+// How a model and its optimizer are spread over the data-parallel ranks: one interface, one
+// registry (gradus::train, the training layer above nn / optim / amp / dist).
+//
+//   auto strategy = train::make_strategy("zero1");      // "local", "ddp", "ps", "zero1"
+//   strategy->setup(model, [](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(p); });
+//   for (...) {
+//     strategy->optimizer().zero_grad();
+//     strategy->before_forward();
+//     Tensor loss = cross_entropy(strategy->module()(x), y);  // x: this rank's share of the batch
+//     scaler.scale(loss).backward();
+//     strategy->step(scaler);                                // averaged gradients, one update
+//     scaler.update();
+//   }
+//
+// Every strategy ends each step with the parameters one process would have after the same
+// global batch (tests/dist/strategies_test.cpp checks each registered one against it). What sets
+// them apart is what crosses the network and what each rank holds: DDP all-reduces gradient
+// buckets during backward, the parameter server sends every gradient to one rank and the new
+// parameters back, ZeRO-1 reduce-scatters the gradients and shards the optimizer state. The
+// optimizer's state_dict() is the whole (unsharded) state under every strategy (collective where
+// it is sharded), so a checkpoint written under one resumes under any other.
+//
+// Adding a strategy: one class deriving from Strategy and one row in the registry
+// (src/train/strategy.cpp).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gradus/amp/grad_scaler.h"
+#include "gradus/dist/ddp.h"
+#include "gradus/dist/process_group.h"
+#include "gradus/nn/module.h"
+#include "gradus/optim/optimizer.h"
+
+namespace gradus::train {
+
+// What a strategy supports; the caller refuses the rest before training, naming the option.
+struct StrategyCaps {
+  // f16 loss scaling (amp::GradScaler): its skip decision needs the same gradients on every rank
+  // before the step, which averaging before the step gives.
+  bool loss_scaling = false;
+  // The whole step in a CUDA graph: no host exchanges inside it.
+  bool graph_capture = false;
+  // The optimizer state is sharded over the data ranks (its state_dict() is a collective).
+  bool sharded_optimizer_state = false;
+};
+
+// Builds an optimizer over the parameters this rank updates (all of them, or its shard).
+using OptimizerFactory =
+    std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor> parameters)>;
+
+struct StrategyOptions {
+  // The data-parallel ranks (the world, or a layout's data group); nullptr: dist::default_group(),
+  // a world of one when dist::init was not called.
+  std::shared_ptr<dist::ProcessGroup> group = nullptr;
+  dist::DDPOptions ddp = {};  // bucket sizes and overlap ("ddp"; its group is the one above)
+};
+
+class Strategy {
+ public:
+  explicit Strategy(const StrategyOptions& options);  // (abstract: made through the registry)
+  virtual ~Strategy() = default;
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
+
+  // The registry name ("local", "ddp", "ps", "zero1").
+  virtual const char* name() const = 0;
+  virtual StrategyCaps caps() const = 0;
+  // Takes the model (built the same way on every rank; its trainable parameters are what the
+  // optimizer gets) and makes the optimizer. Collective over the data ranks: afterwards they
+  // all hold data rank 0's parameters and buffers (the server's, for "ps").
+  virtual void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make_optimizer) = 0;
+  // What the forward pass runs: the model, or its wrapper (DDP).
+  virtual nn::Module& module() = 0;
+  // The model itself (its state_dict() names are the one-process names).
+  nn::Module& model() const;
+  optim::Optimizer& optimizer() const;
+  // Before each training forward: buffers follow data rank 0 where the strategy needs it.
+  virtual void before_forward() {}
+  // After backward: the gradients averaged over the data ranks and one optimizer update, skipped
+  // by an enabled scaler when they overflowed (caps().loss_scaling; ValueError otherwise).
+  virtual void step(amp::GradScaler& scaler);
+  dist::ProcessGroup& group() const { return *group_; }
+
+ protected:
+  std::shared_ptr<dist::ProcessGroup> group_;
+  std::shared_ptr<nn::Module> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  StrategyOptions options_;
+};
+
+struct StrategyInfo {
+  const char* name;
+  const char* description;  // one line, for --help and errors
+  std::function<std::unique_ptr<Strategy>(const StrategyOptions&)> make;
+};
+// Every strategy, in the order --help lists them.
+const std::vector<StrategyInfo>& strategies();
+// The strategy registered under `name`; ValueError naming the registered ones otherwise.
+std::unique_ptr<Strategy> make_strategy(const std::string& name, StrategyOptions options = {});
+
+}  // namespace gradus::train

@@ -1,0 +1,144 @@
+// The data-parallel strategies and their registry (gradus/train/strategy.h).
+#include "gradus/train/strategy.h"
+
+#include <sstream>
+
+#include "gradus/dist/module_sync.h"
+#include "gradus/dist/parameter_server.h"
+#include "gradus/dist/zero.h"
+
+namespace gradus::train {
+
+Strategy::Strategy(const StrategyOptions& options)
+    : group_(options.group ? options.group : dist::default_group()), options_(options) {}
+
+nn::Module& Strategy::model() const {
+  GRADUS_CHECK(model_ != nullptr, ValueError, "train: strategy ", name(), " used before setup()");
+  return *model_;
+}
+
+optim::Optimizer& Strategy::optimizer() const {
+  GRADUS_CHECK(optimizer_ != nullptr, ValueError, "train: strategy ", name(),
+               " used before setup()");
+  return *optimizer_;
+}
+
+void Strategy::step(amp::GradScaler& scaler) {
+  GRADUS_CHECK(!scaler.is_enabled() || caps().loss_scaling, ValueError, "train: strategy ", name(),
+               " does not support loss scaling (--amp f16)");
+  scaler.step(optimizer());  // the plain optimizer step when the scaler is disabled
+}
+
+namespace {
+
+// One process (or ranks that each train alone): the model and its optimizer as they are.
+class LocalStrategy final : public Strategy {
+ public:
+  using Strategy::Strategy;
+  const char* name() const override { return "local"; }
+  StrategyCaps caps() const override {
+    return {.loss_scaling = true, .graph_capture = true, .sharded_optimizer_state = false};
+  }
+  void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make) override {
+    model_ = std::move(model);
+    optimizer_ = make(model_->trainable_parameters());
+  }
+  nn::Module& module() override { return model(); }
+};
+
+// DistributedDataParallel: gradient buckets all-reduced during backward.
+class DdpStrategy final : public Strategy {
+ public:
+  using Strategy::Strategy;
+  const char* name() const override { return "ddp"; }
+  StrategyCaps caps() const override {
+    return {.loss_scaling = true, .graph_capture = false, .sharded_optimizer_state = false};
+  }
+  void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make) override {
+    model_ = std::move(model);
+    dist::DDPOptions ddp = options_.ddp;
+    ddp.group = group_;
+    wrapper_ = std::make_shared<dist::DistributedDataParallel>(model_, ddp);  // broadcasts
+    optimizer_ = make(model_->trainable_parameters());
+  }
+  nn::Module& module() override { return *wrapper_; }
+
+ private:
+  std::shared_ptr<dist::DistributedDataParallel> wrapper_;
+};
+
+// A parameter server on data rank 0: gradients in, parameters and buffers out, every step.
+class ParameterServerStrategy final : public Strategy {
+ public:
+  using Strategy::Strategy;
+  const char* name() const override { return "ps"; }
+  StrategyCaps caps() const override { return {}; }
+  void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make) override {
+    model_ = std::move(model);
+    optimizer_ = make(model_->trainable_parameters());
+    server_ = std::make_unique<dist::ParameterServer>(
+        model_, *optimizer_, dist::ParameterServerOptions{.server = 0, .group = group_});
+  }
+  nn::Module& module() override { return model(); }
+  void step(amp::GradScaler& scaler) override {
+    GRADUS_CHECK(!scaler.is_enabled(), ValueError,
+                 "train: strategy ps does not support loss scaling (--amp f16)");
+    server_->step();
+  }
+
+ private:
+  std::unique_ptr<dist::ParameterServer> server_;
+};
+
+// ZeRO stage 1: gradients reduce-scattered, each rank updates its shard of the parameters and
+// holds that shard's optimizer state, the parameters all-gathered.
+class Zero1Strategy final : public Strategy {
+ public:
+  using Strategy::Strategy;
+  const char* name() const override { return "zero1"; }
+  StrategyCaps caps() const override {
+    return {.loss_scaling = false, .graph_capture = false, .sharded_optimizer_state = true};
+  }
+  void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make) override {
+    model_ = std::move(model);
+    dist::broadcast_module_state(*model_, *group_, 0);
+    // The trainable parameters only: a frozen one is neither in the shards nor updated (an
+    // optimizer over it would still apply weight decay to its zero gradient).
+    optimizer_ = std::make_unique<dist::ZeroRedundancyOptimizer>(model_->trainable_parameters(),
+                                                                 make, group_);
+  }
+  nn::Module& module() override { return model(); }
+  void before_forward() override {
+    if (model().is_training()) dist::broadcast_buffers(model(), *group_, 0);
+  }
+};
+
+template <typename S>
+std::unique_ptr<Strategy> make(const StrategyOptions& options) {
+  return std::make_unique<S>(options);
+}
+
+}  // namespace
+
+const std::vector<StrategyInfo>& strategies() {
+  static const std::vector<StrategyInfo> registry = {
+      {"local", "one replica: the model and its optimizer as they are", make<LocalStrategy>},
+      {"ddp", "replicas; gradient buckets all-reduced during backward", make<DdpStrategy>},
+      {"ps", "replicas; a parameter server on rank 0 averages and steps",
+       make<ParameterServerStrategy>},
+      {"zero1", "replicas; gradients reduce-scattered, optimizer state sharded (ZeRO-1)",
+       make<Zero1Strategy>},
+  };
+  return registry;
+}
+
+std::unique_ptr<Strategy> make_strategy(const std::string& name, StrategyOptions options) {
+  std::ostringstream names;
+  for (const StrategyInfo& s : strategies()) {
+    if (name == s.name) return s.make(options);
+    names << (names.tellp() > 0 ? ", " : "") << s.name;
+  }
+  throw ValueError("train: no strategy '" + name + "' (registered: " + names.str() + ")");
+}
+
+}  // namespace gradus::train
