@@ -287,7 +287,10 @@ for dt in f32 bf16; do
   stage "gemm 8192 $dt" 50 "$BENCH" "${compare[@]}" --runs "" --gemm 8192 --gemm-dtype "$dt" --repeats 3 ||
     bad "gemm 8192 $dt (bench.log)"
 done
-grep -hE '^\| |ratio|speedup|GFLOP|TFLOP' "$BENCH" | grep -v '^| ---' | head -20 | sed 's/^/  /' >>"$SUMMARY"
+# The tables' rows, the GEMM lines and the GPT's ratio (bench.log has everything).
+grep -hE '^(model|mlp|mlp-large|cnn) |^GEMM|time ratio' "$BENCH" | head -12 | sed 's/^/  /' >>"$SUMMARY"
+sed -n 's/.*"gradus_ms": \([0-9.]*\), "torch_ms": \([0-9.]*\).*"speedup": \([0-9.]*\).*/  gpt 6x384 ctx 256: gradus \1 ms, PyTorch \2 ms, speedup \3 (> 1: gradus faster)/p' \
+  "$BENCH" >>"$SUMMARY"
 TRAIN=$OUT/train.log
 for model in mlp cnn; do
   stage "train $model 3 epochs" 60 "$TRAIN" "$GRADUS" train --model "$model" --epochs 3 --device cuda \
