@@ -90,14 +90,15 @@ struct TrainOptions {
   int64_t lr_reference_batch = 128;
   // Language modelling (--model gpt, --data text|tokens; train_lm.cpp).
   GptShape gpt;
-  std::string data_file;     // the text (--data text) or nanoGPT .bin tokens (--data tokens)
-  int64_t vocab_size = 0;    // --data tokens: 0 = the file's largest token + 1
-  int64_t iters = 2000;      // optimizer steps
-  int64_t eval_every = 250;  // steps between validation losses
-  int64_t eval_iters = 20;   // validation batches per evaluation
-  double min_lr = 1e-4;      // the cosine schedule's floor
-  double beta2 = 0.99;       // AdamW's second-moment decay
-  double grad_clip = 1.0;    // max global gradient norm (0: off)
+  std::string data_file;      // the text (--data text) or nanoGPT .bin tokens (--data tokens)
+  int64_t vocab_size = 0;     // --data tokens: 0 = the file's largest token + 1
+  int64_t iters = 2000;       // optimizer steps
+  int64_t eval_every = 250;   // steps between validation losses
+  int64_t eval_iters = 20;    // validation batches per evaluation
+  double min_lr = 1e-4;       // the cosine schedule's floor
+  double beta2 = 0.99;        // AdamW's second-moment decay
+  double grad_clip = 1.0;     // max global gradient norm (0: off)
+  bool print_config = false;  // --print-config: print the effective options as TOML and exit
 };
 int run_train(const TrainOptions& o);
 int run_train_lm(const TrainOptions& o);

@@ -7,6 +7,7 @@
 //   gradus plot run.jsonl ... -o out.png               loss/accuracy/throughput curves of runs
 // Exit codes: 0 success, 1 runtime error (message on stderr), 2 bad command line.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -114,6 +115,82 @@ const CLI::Validator kPositiveIntegerOrAuto(
     },
     "N|auto");
 
+// The effective configuration of a subcommand in --config's TOML: each option given (flag or
+// file) with the value the run uses, then each other option's stated default as a comment. Read
+// back with --config it sets exactly the options given, so the same run follows, and an option
+// that needs another (--checkpoint-every) is not set by its default.
+std::string effective_config(const CLI::App& command) {
+  auto value_text = [](const CLI::Option* opt, std::vector<std::string> values) {
+    if (values.empty()) values = {opt->get_default_str()};  // an optional value left out
+    // A repeated option keeps its last value unless it collects them (--freeze).
+    if (opt->get_multi_option_policy() != CLI::MultiOptionPolicy::TakeAll) {
+      values = {values.back()};
+    }
+    if (values.size() == 1 && opt->get_multi_option_policy() != CLI::MultiOptionPolicy::TakeAll) {
+      return CLI::detail::convert_arg_for_ini(values[0]);
+    }
+    std::string list = "[";
+    for (size_t i = 0; i < values.size(); ++i) {
+      list += (i > 0 ? ", " : "") + CLI::detail::convert_arg_for_ini(values[i]);
+    }
+    return list + "]";
+  };
+  std::string given = "# gradus train: the options given\n", defaults = "# and the defaults\n";
+  for (const CLI::Option* opt : command.get_options()) {
+    if (!opt->get_configurable() || opt->get_lnames().empty()) continue;  // --help, --config, ...
+    const std::string& name = opt->get_lnames()[0];
+    if (opt->count() > 0) {
+      given += name + "=" + value_text(opt, opt->results()) + "\n";
+    } else if (opt->get_expected_min() > 0 && !opt->get_default_str().empty()) {
+      defaults += "# " + name + "=" + value_text(opt, {opt->get_default_str()}) + "\n";
+    }
+  }
+  return given + defaults;
+}
+
+// `gradus train --config FILE`: the file's keys (the long option names; CLI11's TOML reader) become
+// flags placed before the command line's own, so a flag given there wins (every train option takes
+// its last value). Unknown keys are then refused by the parser like unknown flags. Returns the
+// arguments to parse; a file that cannot be read is a gradus::Error naming it.
+std::vector<std::string> expand_config(const std::vector<std::string>& args) {
+  const auto train = std::find(args.begin(), args.end(), std::string("train"));
+  if (train == args.end()) return args;
+  std::vector<std::string> rest(train + 1, args.end());
+  std::string file;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    if (rest[i] == "--config" && i + 1 < rest.size()) {
+      file = rest[i + 1];
+      rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(i),
+                 rest.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+      break;
+    }
+    if (rest[i].starts_with("--config=")) {
+      file = rest[i].substr(9);
+      rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+  }
+  if (file.empty()) return args;
+  std::vector<CLI::ConfigItem> items;
+  try {
+    items = CLI::ConfigTOML().from_file(file);
+  } catch (const CLI::Error& e) {
+    throw gradus::IOError("train: --config " + file + ": " + e.what());
+  }
+  std::vector<std::string> out(args.begin(), train + 1);
+  for (const CLI::ConfigItem& item : items) {
+    // CLI11 reports a [section] header as an item of its own; sections are not options.
+    if (item.name == "++" || item.name == "--") continue;
+    GRADUS_CHECK(item.parents.empty() || (item.parents.size() == 1 && item.parents[0] == "default"),
+                 gradus::ValueError, "train: --config ", file, ": [", item.parents[0], "] ",
+                 item.name, ": sections are not read; write the options at the top level");
+    for (const std::string& value : item.inputs) out.push_back("--" + item.name + "=" + value);
+    if (item.inputs.empty()) out.push_back("--" + item.name);
+  }
+  out.insert(out.end(), rest.begin(), rest.end());
+  return out;
+}
+
 using gradus::cli::BenchOptions;
 using gradus::cli::TrainOptions;
 
@@ -121,6 +198,15 @@ void add_train(CLI::App& app, TrainOptions& o) {
   CLI::App* c = app.add_subcommand("train", "Train a model and report test accuracy");
   // A repeated option takes its last value, so scripts can append overrides to a base command.
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  // (Expanded into flags before parsing: expand_config.)
+  std::string config_file;
+  c->add_option("--config", config_file,
+                "Read options from a TOML file: keys are the long option names (batch-size = 128, "
+                "model = \"gpt\"); command-line flags override it")
+      ->configurable(false);
+  c->add_flag("--print-config", o.print_config,
+              "Print the effective configuration (--config's format) and exit without training")
+      ->configurable(false);
   std::vector<std::string> models = gradus::nn::model_names();
   models.push_back("gpt");
   c->add_option("--model", o.model,
@@ -372,13 +458,29 @@ int main(int argc, char** argv) {
   gradus::cli::GenerateOptions generate;
   gradus::cli::add_generate_command(app, generate);
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> args;
+    try {
+      args = expand_config(std::vector<std::string>(argv, argv + argc));
+    } catch (const gradus::Error& e) {
+      std::fprintf(stderr, "gradus: error: %s\n", e.what());
+      return 2;
+    }
+    // CLI11 parses a reversed vector of the arguments after the program's name.
+    std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);
+    app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help/version (rc 0) or the error
     return rc == 0 ? 0 : 2;
   }
   try {
-    if (app.got_subcommand("train")) return gradus::cli::run_train(train);
+    if (app.got_subcommand("train")) {
+      if (train.print_config) {
+        // Every option with its value, defaults included: a file --config reads back.
+        std::printf("%s", effective_config(*app.get_subcommand("train")).c_str());
+        return 0;
+      }
+      return gradus::cli::run_train(train);
+    }
     if (app.got_subcommand("bench")) return gradus::cli::run_bench(bench);
     if (app.got_subcommand("inspect")) return gradus::cli::run_inspect(inspect);
     if (app.got_subcommand("monitor")) return gradus::cli::run_monitor(monitor);
