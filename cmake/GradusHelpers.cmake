@@ -63,6 +63,11 @@ function(gradus_library name)
     PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>
     PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(gradus_${name} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  # Every symbol a shared library uses must come from what it links: a library that reaches into
+  # a layer it does not depend on fails to link instead of resolving at load time by luck.
+  if(ARG_MODULE OR GRADUS_SHARED)
+    target_link_options(gradus_${name} PRIVATE -Wl,--no-undefined)
+  endif()
   gradus_set_warnings(gradus_${name})
   if(ARG_MODULE)
     set_property(GLOBAL APPEND PROPERTY GRADUS_MODULES gradus_${name})
