@@ -5,6 +5,7 @@
 #include "dist/flat.h"
 #include "gradus/autograd.h"
 #include "gradus/ops.h"
+#include "gradus/optim/clip.h"
 
 namespace gradus::dist {
 
@@ -46,7 +47,7 @@ ParameterServer::ParameterServer(std::shared_ptr<nn::Module> model, optim::Optim
 
 ParameterServer::~ParameterServer() = default;
 
-void ParameterServer::step() {
+void ParameterServer::step(double max_grad_norm) {
   NoGradGuard no_grad;
   const int server = options_.server;
   const int size = group_->size();
@@ -101,6 +102,7 @@ void ParameterServer::step() {
         p.set_grad(detail::flat_view(l->flat, l->plan.offsets[k], p.sizes()).clone());
       }
     }
+    if (max_grad_norm > 0) optim::clip_grad_norm(params_, max_grad_norm);  // the averaged ones
     optimizer_.step();
     for (size_t i = 0; i < layouts_.size(); ++i) {
       Layout& l = *layouts_[i];

@@ -1,5 +1,7 @@
 #include "gradus/dist/zero.h"
 
+#include <cmath>
+
 #include "dist/flat.h"
 #include "gradus/autograd.h"
 #include "gradus/ops.h"
@@ -99,12 +101,34 @@ void ZeroRedundancyOptimizer::step() {
   }
   wait_all(works);
   works.clear();
+  if (max_grad_norm_ > 0) clip_shards();
   local_->step();
   for (auto& b : buffers_) {
     works.push_back(group_->all_gather(b->params, b->shard_param.detach(), "ZeRO parameters"));
   }
   wait_all(works);
   for (const Tensor& p : params) p.bump_version();
+}
+
+// The global 2-norm of the averaged gradient from the shards' squared norms (one all-reduce), and
+// the shards scaled by torch.nn.utils.clip_grad_norm_'s coefficient, max / (norm + 1e-6) capped
+// at 1: the clipping one process applies to the whole averaged gradient.
+void ZeroRedundancyOptimizer::clip_shards() {
+  Tensor squares;
+  for (auto& b : buffers_) {
+    const Tensor s = sum(square(b->shard_grad.to(DType::f64)));
+    squares = squares.defined() ? add(squares, s) : s;
+  }
+  if (!squares.defined()) return;  // nothing trainable
+  Tensor total = squares.to(Device::cpu()).reshape({1});
+  group_->all_reduce(total, ReduceOp::sum, "ZeRO gradient norm")->wait();
+  const double norm = std::sqrt(total.item());
+  GRADUS_CHECK(std::isfinite(norm), ValueError, "ZeroRedundancyOptimizer: the gradient norm is ",
+               norm, ": clipping cannot scale it");
+  const double coef = max_grad_norm_ / (norm + 1e-6);
+  if (coef < 1.0) {
+    for (auto& b : buffers_) b->shard_grad.mul_(coef);
+  }
 }
 
 const char* ZeroRedundancyOptimizer::type_name() const {

@@ -6,6 +6,7 @@
 #include "gradus/dist/module_sync.h"
 #include "gradus/dist/parameter_server.h"
 #include "gradus/dist/zero.h"
+#include "gradus/optim/clip.h"
 
 namespace gradus::train {
 
@@ -23,9 +24,15 @@ optim::Optimizer& Strategy::optimizer() const {
   return *optimizer_;
 }
 
-void Strategy::step(amp::GradScaler& scaler) {
+// The gradients are averaged by the time this runs (local: nothing to average; DDP: during
+// backward), so clipping them here clips what one process would.
+void Strategy::step(amp::GradScaler& scaler, double max_grad_norm) {
   GRADUS_CHECK(!scaler.is_enabled() || caps().loss_scaling, ValueError, "train: strategy ", name(),
                " does not support loss scaling (--amp f16)");
+  if (max_grad_norm > 0) {
+    scaler.unscale_(optimizer());  // the norm of the true gradients (nothing when disabled)
+    optim::clip_grad_norm(model().trainable_parameters(), max_grad_norm);
+  }
   scaler.step(optimizer());  // the plain optimizer step when the scaler is disabled
 }
 
@@ -80,10 +87,10 @@ class ParameterServerStrategy final : public Strategy {
         model_, *optimizer_, dist::ParameterServerOptions{.server = 0, .group = group_});
   }
   nn::Module& module() override { return model(); }
-  void step(amp::GradScaler& scaler) override {
+  void step(amp::GradScaler& scaler, double max_grad_norm) override {
     GRADUS_CHECK(!scaler.is_enabled(), ValueError,
                  "train: strategy ps does not support loss scaling (--amp f16)");
-    server_->step();
+    server_->step(max_grad_norm);  // averaged and clipped on the server
   }
 
  private:
@@ -104,13 +111,25 @@ class Zero1Strategy final : public Strategy {
     dist::broadcast_module_state(*model_, *group_, 0);
     // The trainable parameters only: a frozen one is neither in the shards nor updated (an
     // optimizer over it would still apply weight decay to its zero gradient).
-    optimizer_ = std::make_unique<dist::ZeroRedundancyOptimizer>(model_->trainable_parameters(),
-                                                                 make, group_);
+    auto zero = std::make_unique<dist::ZeroRedundancyOptimizer>(model_->trainable_parameters(),
+                                                                make, group_);
+    zero_ = zero.get();
+    optimizer_ = std::move(zero);
   }
   nn::Module& module() override { return model(); }
   void before_forward() override {
     if (model().is_training()) dist::broadcast_buffers(model(), *group_, 0);
   }
+  void step(amp::GradScaler& scaler, double max_grad_norm) override {
+    GRADUS_CHECK(!scaler.is_enabled(), ValueError,
+                 "train: strategy zero1 does not support loss scaling (--amp f16)");
+    // Clipped inside the step, on the averaged shards (a global norm over them).
+    zero_->set_max_grad_norm(max_grad_norm);
+    zero_->step();
+  }
+
+ private:
+  dist::ZeroRedundancyOptimizer* zero_ = nullptr;  // optimizer_, typed
 };
 
 template <typename S>

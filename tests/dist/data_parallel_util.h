@@ -76,8 +76,10 @@ inline double equivalence_tolerance(const std::string& model, const std::string&
   return model == "cnn" ? 1e-7 : 1e-10;
 }
 
-// The one-process reference step: the mean of the shards' losses of `batch`, one optimizer step.
-inline void reference_step(nn::Module& ref, optim::Optimizer& opt, const Batch& batch, int size) {
+// The one-process reference step: the mean of the shards' losses of `batch`, the gradient clipped
+// to a global 2-norm of max_grad_norm when > 0, one optimizer step.
+inline void reference_step(nn::Module& ref, optim::Optimizer& opt, const Batch& batch, int size,
+                           double max_grad_norm = 0) {
   opt.zero_grad();
   Tensor loss;
   for (int r = 0; r < size; ++r) {
@@ -86,6 +88,7 @@ inline void reference_step(nn::Module& ref, optim::Optimizer& opt, const Batch& 
     loss = loss.defined() ? add(loss, l) : l;
   }
   mul(loss, 1.0 / size).backward();
+  if (max_grad_norm > 0) optim::clip_grad_norm(ref.trainable_parameters(), max_grad_norm);
   opt.step();
 }
 

@@ -32,14 +32,24 @@ TEST_P(Strategy, MatchesOneProcessOnTheWholeBatch) {
   auto ref = build(model_name, seed);
   auto ref_opt = make_opt(opt_name, *ref);
 
+  // Steps 2 and 3 clip the averaged gradient to a norm below its own (asserted to bite), as one
+  // process clips the whole batch's gradient.
   for (int64_t s = 0; s < steps; ++s) {
     const Batch batch = make_batch(seed + 100 + static_cast<uint64_t>(s), x_shape, 5);
     const Batch mine = shard(batch, rank, size);
+    const double max_norm = s >= 2 ? 0.05 : 0.0;
     opt->zero_grad();
     strategy->before_forward();
     cross_entropy(strategy->module()(mine.x), mine.y).backward();
-    strategy->step(no_scaling);
-    reference_step(*ref, *ref_opt, batch, size);
+    strategy->step(no_scaling, max_norm);
+    reference_step(*ref, *ref_opt, batch, size, max_norm);
+    if (max_norm > 0) {
+      double sq = 0;
+      for (const Tensor& p : ref->trainable_parameters()) {
+        sq += sum(square(p.grad().to(DType::f64))).item();
+      }
+      EXPECT_NEAR(std::sqrt(sq), max_norm, 1e-6) << "the clipping did not bite at step " << s;
+    }
   }
   const double tol = equivalence_tolerance(model_name, opt_name);
   EXPECT_LT(params_diff(*local, *ref), tol)

@@ -32,9 +32,10 @@ class ParameterServer {
   ParameterServer(std::shared_ptr<nn::Module> model, optim::Optimizer& optimizer,
                   ParameterServerOptions options = {});
   ~ParameterServer();
-  // Averages the gradients on the server, steps its optimizer, and gives every worker the new
-  // parameters and buffers. A parameter without a gradient counts as a zero gradient.
-  void step();
+  // Averages the gradients on the server, clips them to a global 2-norm of max_grad_norm (when
+  // > 0; optim::clip_grad_norm), steps its optimizer, and gives every worker the new parameters
+  // and buffers. A parameter without a gradient counts as a zero gradient.
+  void step(double max_grad_norm = 0);
   bool is_server() const { return group_->rank() == options_.server; }
 
  private:

@@ -38,6 +38,9 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   ~ZeroRedundancyOptimizer() override;
 
   void step() override;
+  // Clips the averaged gradient to a global 2-norm (0: off) in each step, between the
+  // reduce-scatter and the update, as optim::clip_grad_norm on one process would.
+  void set_max_grad_norm(double max_norm) { max_grad_norm_ = max_norm; }
   void zero_grad(bool set_to_none = true) override;  // always zeroes the flat gradients in place
   const char* type_name() const override;
   double group_lr(size_t group) const override;
@@ -69,6 +72,8 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
  private:
   struct Buffer;
   void attach_gradients();
+  void clip_shards();
+  double max_grad_norm_ = 0;
   std::shared_ptr<ProcessGroup> group_;
   std::vector<std::unique_ptr<Buffer>> buffers_;
   std::unique_ptr<optim::Optimizer> local_;

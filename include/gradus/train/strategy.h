@@ -8,7 +8,7 @@
 //     strategy->before_forward();
 //     Tensor loss = cross_entropy(strategy->module()(x), y);  // x: this rank's share of the batch
 //     scaler.scale(loss).backward();
-//     strategy->step(scaler);                                // averaged gradients, one update
+//     strategy->step(scaler, /*max_grad_norm=*/1.0);         // averaged, clipped, one update
 //     scaler.update();
 //   }
 //
@@ -80,9 +80,11 @@ class Strategy {
   optim::Optimizer& optimizer() const;
   // Before each training forward: buffers follow data rank 0 where the strategy needs it.
   virtual void before_forward() {}
-  // After backward: the gradients averaged over the data ranks and one optimizer update, skipped
-  // by an enabled scaler when they overflowed (caps().loss_scaling; ValueError otherwise).
-  virtual void step(amp::GradScaler& scaler);
+  // After backward: the gradients averaged over the data ranks, clipped to a global 2-norm of
+  // max_grad_norm when it is > 0 (the averaged gradient's norm, as one process would clip), and
+  // one optimizer update, skipped by an enabled scaler when they overflowed
+  // (caps().loss_scaling; ValueError otherwise).
+  virtual void step(amp::GradScaler& scaler, double max_grad_norm = 0);
   dist::ProcessGroup& group() const { return *group_; }
 
  protected:
