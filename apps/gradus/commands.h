@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -99,6 +100,9 @@ struct TrainOptions {
   double beta2 = 0.99;        // AdamW's second-moment decay
   double grad_clip = 1.0;     // max global gradient norm (0: off)
   bool print_config = false;  // --print-config: print the effective options as TOML and exit
+  // The long names of the options given (command line or --config), without dashes: a task
+  // refuses any of them it would not honour (refuse_options_not_in).
+  std::set<std::string> given;
 };
 int run_train(const TrainOptions& o);
 int run_train_lm(const TrainOptions& o);
@@ -128,6 +132,7 @@ struct InspectOptions {
   std::string path;
   bool json = false;    // one JSON object instead of a table
   bool values = false;  // also read the data and count NaN/Inf per floating tensor
+  std::string compare;  // another file: relative differences per tensor (run_compare)
 };
 // Validates a safetensors file (exit code 1 with the reason when it is invalid) and lists its
 // tensors and metadata; for a gradus checkpoint also the step and data position.

@@ -3,6 +3,8 @@
 // tensors (name, dtype, shape, bytes) and metadata. For a gradus checkpoint it also says where
 // the run stands. --values reads the tensor data too and counts NaN/Inf per floating tensor.
 // An invalid file throws IOError (main prints it, exit code 1).
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -31,7 +33,45 @@ int64_t count_nonfinite(const Tensor& t) {
 
 }  // namespace
 
+// --compare: the relative difference ||a - b|| / ||a|| (float64, 2-norms) of every tensor, the
+// largest last ("max_relative_difference=<value>", or one JSON object).
+int run_compare(const InspectOptions& o) {
+  const io::SafetensorsFile a = io::read_safetensors(o.path), b = io::read_safetensors(o.compare);
+  GRADUS_CHECK(a.tensors.size() == b.tensors.size(), ValueError, "inspect --compare: ", o.path,
+               " holds ", a.tensors.size(), " tensors, ", o.compare, " ", b.tensors.size());
+  nlohmann::ordered_json per_tensor = nlohmann::ordered_json::object();
+  double worst = 0;
+  for (const auto& [name, ta] : a.tensors) {
+    const Tensor* found = b.find(name);
+    GRADUS_CHECK(found != nullptr, ValueError, "inspect --compare: ", o.compare, " has no tensor '",
+                 name, "'");
+    const Tensor& tb = *found;
+    GRADUS_CHECK(ta.sizes() == tb.sizes(), ShapeError, "inspect --compare: '", name, "' is ",
+                 shape_str(ta.sizes()), " in ", o.path, " and ", shape_str(tb.sizes()), " in ",
+                 o.compare);
+    const Tensor x = ta.to(DType::f64), y = tb.to(DType::f64);
+    const double norm = std::sqrt(sum(square(x)).item());
+    const double diff = std::sqrt(sum(square(sub(x, y))).item());
+    const double rel = norm > 0 ? diff / norm : diff;
+    worst = std::max(worst, rel);
+    per_tensor[name] = rel;
+    if (!o.json) std::printf("%-48s %.3e\n", name.c_str(), rel);
+  }
+  if (o.json) {
+    std::printf("%s\n", nlohmann::ordered_json({{"file", o.path},
+                                                {"compare", o.compare},
+                                                {"relative_difference", per_tensor},
+                                                {"max_relative_difference", worst}})
+                            .dump()
+                            .c_str());
+  } else {
+    std::printf("max_relative_difference=%.6e\n", worst);
+  }
+  return 0;
+}
+
 int run_inspect(const InspectOptions& o) {
+  if (!o.compare.empty()) return run_compare(o);
   const io::SafetensorsHeader h = io::read_safetensors_header(o.path);
   std::vector<int64_t> nonfinite;
   if (o.values) {

@@ -371,6 +371,10 @@ void add_inspect(CLI::App& app, gradus::cli::InspectOptions& o) {
   c->add_option("file", o.path, "The .safetensors file")->required();
   c->add_flag("--json", o.json, "Print one JSON object instead of a table");
   c->add_flag("--values", o.values, "Also read the data and count NaN/Inf in each float tensor");
+  c->add_option("--compare", o.compare,
+                "Compare with another file of the same tensors: each tensor's relative "
+                "difference ||a - b|| / ||a|| and the largest (exit code 1 when names or shapes "
+                "differ)");
 }
 
 void add_bench(CLI::App& app, BenchOptions& o) {
@@ -474,6 +478,11 @@ int main(int argc, char** argv) {
   }
   try {
     if (app.got_subcommand("train")) {
+      for (const CLI::Option* opt : app.get_subcommand("train")->get_options()) {
+        if (opt->count() > 0 && !opt->get_lnames().empty() && opt->get_configurable()) {
+          train.given.insert(opt->get_lnames()[0]);
+        }
+      }
       if (train.print_config) {
         // Every option with its value, defaults included: a file --config reads back.
         std::printf("%s", effective_config(*app.get_subcommand("train")).c_str());

@@ -15,9 +15,11 @@ using json = nlohmann::ordered_json;
 // Keys whose change makes a resumed run a different computation: refusing is the only safe
 // answer (a silently different batch size or optimizer would corrupt the run).
 constexpr const char* kStrictKeys[] = {
-    "format_version", "model",       "dropout",  "data",         "limit_train", "batch_size",
-    "optimizer",      "lr",          "momentum", "weight_decay", "scheduler",   "warmup_steps",
-    "step_gamma",     "step_epochs", "seed",     "freeze",       "amp"};
+    "format_version", "model", "dropout", "data", "limit_train", "batch_size", "optimizer", "lr",
+    "momentum", "weight_decay", "scheduler", "warmup_steps", "step_gamma", "step_epochs", "seed",
+    "freeze", "amp",
+    // the language model's (absent from image runs)
+    "gpt", "iters", "min_lr", "beta2", "grad_clip", "vocab_size"};
 // Keys that may change on resume, with what the change means.
 struct SoftKey {
   const char* key;
@@ -64,6 +66,22 @@ std::string run_config_json(const TrainOptions& o, int threads, const std::strin
   if (!o.init_from.empty()) j["init_from"] = o.init_from;  // informational: --resume loads state
   // Not a strict key: recomputation gives the same gradients, so a run may resume with or without.
   if (o.grad_checkpoint > 0) j["grad_checkpoint"] = o.grad_checkpoint;
+  if (o.model == "gpt") {
+    // The shape and the schedule's length change what the weights mean; the data file's name
+    // does not (the same text may move).
+    j["gpt"] = {{"context", o.gpt.context},
+                {"layers", o.gpt.layers},
+                {"heads", o.gpt.heads},
+                {"width", o.gpt.width}};
+    j["iters"] = o.iters;
+    j["min_lr"] = o.min_lr;
+    j["beta2"] = o.beta2;
+    j["grad_clip"] = o.grad_clip;
+    j["vocab_size"] = o.vocab_size;
+    j["weight_decay"] = o.weight_decay >= 0 ? o.weight_decay : 0.1;  // the LM's AdamW default
+  } else if (o.given.count("grad-clip")) {
+    j["grad_clip"] = o.grad_clip;
+  }
   j["threads"] = threads;
   j["device"] = device;
   return j.dump();

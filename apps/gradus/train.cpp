@@ -80,6 +80,18 @@ int run_train(const TrainOptions& options) {
 namespace {
 int run_train_images(const TrainOptions& options) {
   const auto run_start = Clock::now();
+  refuse_options_not_in(
+      options, "image classification",
+      {"model", "data", "data-dir", "augment", "augment-padding", "profile", "profile-steps",
+       "dropout", "init-from", "freeze", "amp", "grad-checkpoint", "memory-limit", "epochs",
+       "batch-size", "lr", "optimizer", "momentum", "weight-decay", "scheduler", "warmup-steps",
+       "step-epochs", "step-gamma", "seed", "device", "threads", "workers", "metrics", "log-every",
+       "read-loss-every", "limit-train", "limit-test", "no-progress", "checkpoint-dir",
+       "checkpoint-every", "keep-checkpoints", "resume", "resume-or-start", "save",
+       "stop-after-steps", "detect-anomaly", "deterministic", "cuda-graph", "dist", "dist-timeout",
+       "lr-scaling", "lr-reference-batch", "grad-clip",
+       // --tp 1 / --pp 1 (one rank per model) is this task; more is the model-parallel one.
+       "tp", "pp"});
   TrainOptions o = options;
   if (o.resume_or_start) o.resume = true;
   apply_threads(o.threads);
@@ -201,6 +213,8 @@ int run_train_images(const TrainOptions& options) {
                      distributed);
   const int64_t steps_per_epoch = train_loader.size();
   const int64_t total_steps = steps_per_epoch * o.epochs;
+  const RunLayout layout{.world = world.size, .data = world.size, .strategy = strategy->name()};
+  if (lead) std::fprintf(stderr, "gradus train: %s\n", layout_text(layout).c_str());
   std::fprintf(stderr,
                "gradus train: model %s (%lld parameters), %s %lld train / %lld test examples, "
                "device %s, %d threads, %s lr %g, batch %lld, %d epochs%s%s%s%s\n",
@@ -306,7 +320,8 @@ int run_train_images(const TrainOptions& options) {
         loss = cross_entropy(strategy->module()(input), target);
       }
       scaler.scale(loss).backward();  // scale() is the loss itself unless --amp f16
-      strategy->step(scaler);         // skipped when f16 gradients overflowed
+      // (--grad-clip's default belongs to the language model: images clip only when asked.)
+      strategy->step(scaler, o.given.count("grad-clip") ? o.grad_clip : 0.0);
       scaler.update();
       return loss;
     };
@@ -387,7 +402,8 @@ int run_train_images(const TrainOptions& options) {
                                    {"step", step},
                                    {"elapsed_s", ms_since(run_start) / 1e3},
                                    {"model", o.model},
-                                   {"device", device.str()}};
+                                   {"device", device.str()},
+                                   {"layout", layout_json(layout)}};
     if (amp_dtype) line["amp"] = o.amp;
     if (scaler.is_enabled()) {
       line["loss_scale"] = scaler.get_scale();

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -15,12 +16,20 @@
 #include "commands.h"
 #include "deferred_losses.h"
 #include "evaluation.h"
+#include "gradus/core/cuda.h"
+#include "gradus/core/determinism.h"
+#include "gradus/dist/dist.h"
 #include "gradus/gradus.h"
+#include "gradus/io/io.h"
+#include "gradus/train/strategy.h"
 #include "profile_cmd.h"
 #include "run_monitor.h"
+#include "run_state.h"
 #include "step_graph.h"
 #include "timing.h"
+#include "train_checkpoints.h"
 #include "train_outputs.h"
+#include "train_setup.h"
 
 namespace gradus::cli {
 namespace {
@@ -84,7 +93,7 @@ double lr_at(int64_t step, const TrainOptions& o) {
   return o.min_lr + 0.5 * (1.0 + std::cos(M_PI * progress)) * (o.lr - o.min_lr);
 }
 
-Tensor lm_loss(nn::GPT& model, const Tensor& x, const Tensor& y) {
+Tensor lm_loss(nn::Module& model, const Tensor& x, const Tensor& y) {
   const Tensor logits = model(x);
   return cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
 }
@@ -92,168 +101,303 @@ Tensor lm_loss(nn::GPT& model, const Tensor& x, const Tensor& y) {
 }  // namespace
 
 int run_train_lm(const TrainOptions& o) {
-  apply_threads(o.threads);
-  const Device device = resolve_device(o.device);
-  manual_seed(o.seed);
-  GRADUS_CHECK(o.data == "text" || o.data == "tokens", ValueError,
-               "train: --model gpt trains on --data text or --data tokens, not ", o.data);
-  GRADUS_CHECK(!o.data_file.empty(), ValueError, "train: --model gpt needs --data-file FILE");
-  GRADUS_CHECK(o.dist.empty(), ValueError, "train: --dist is not supported with --model gpt yet");
-  GRADUS_CHECK(o.iters > 0 && o.eval_every > 0 && o.eval_iters > 0, ValueError,
+  refuse_options_not_in(
+      o, "language modelling",
+      {"model", "data", "data-file", "vocab-size", "context", "layers", "heads", "width", "iters",
+       "eval-every", "eval-iters", "min-lr", "beta2", "grad-clip", "lr", "warmup-steps",
+       "weight-decay", "batch-size", "seed", "device", "threads", "metrics",
+       // the language model shows no progress bar: --no-progress asks for what it does
+       "no-progress", "dropout", "amp", "profile", "profile-steps", "cuda-graph", "read-loss-every",
+       "save", "dist", "dist-timeout", "checkpoint-dir", "checkpoint-every", "keep-checkpoints",
+       "resume", "resume-or-start", "stop-after-steps", "freeze", "init-from", "memory-limit",
+       "deterministic", "detect-anomaly", "optimizer", "scheduler", "tp", "pp"});
+  GRADUS_CHECK(!o.given.count("optimizer") || o.optimizer == "adamw", ValueError,
+               "train: --model gpt trains with AdamW (nanoGPT's parameter groups); --optimizer ",
+               o.optimizer, " is not supported with it");
+  GRADUS_CHECK(!o.given.count("scheduler") || o.scheduler == "cosine", ValueError,
+               "train: --model gpt follows a linear warm-up then a cosine decay to --min-lr; "
+               "--scheduler ",
+               o.scheduler, " is not supported with it");
+  TrainOptions run = o;
+  if (run.resume_or_start) run.resume = true;
+  apply_threads(run.threads);
+  // --dist: every rank runs this function on its rows of each global batch.
+  const bool distributed = !run.dist.empty();
+  const dist::World world =
+      distributed ? dist::init({.timeout_seconds = run.dist_timeout}) : dist::World{};
+  const bool lead = world.rank == 0;  // logs, metrics, checkpoints and --save
+  Device device = resolve_device(run.device);
+  if (distributed && device.is_cuda()) device = Device::cuda(cuda::current_device());
+  if (!run.memory_limit.empty()) host::set_memory_limit(parse_byte_size(run.memory_limit));
+  manual_seed(run.seed);
+  set_deterministic(run.deterministic);
+  if (run.detect_anomaly) set_detect_anomaly(true);
+  GRADUS_CHECK(run.data == "text" || run.data == "tokens", ValueError,
+               "train: --model gpt trains on --data text or --data tokens, not ", run.data);
+  GRADUS_CHECK(!run.data_file.empty(), ValueError, "train: --model gpt needs --data-file FILE");
+  GRADUS_CHECK(run.iters > 0 && run.eval_every > 0 && run.eval_iters > 0, ValueError,
                "train: --iters, --eval-every and --eval-iters must be positive");
+  GRADUS_CHECK(run.batch_size % world.size == 0, ValueError, "train: --batch-size ", run.batch_size,
+               " (the global batch) does not divide over the ", world.size,
+               " ranks; use a multiple of ", world.size);
+  const std::unique_ptr<train::Strategy> strategy =
+      train::make_strategy(distributed ? run.dist : "local");
+  const std::optional<DType> amp = amp_option(run.amp);
+  GRADUS_CHECK(amp != DType::f16, ValueError,
+               "train: --model gpt supports --amp bf16 (f16 needs loss scaling, not wired here)");
+  GRADUS_CHECK(!run.cuda_graph || device.is_cuda(), ValueError,
+               "train: --cuda-graph needs a CUDA device, and the run is on ", device.str(),
+               " (--device ", run.device, ")");
+  GRADUS_CHECK(!run.cuda_graph || strategy->caps().graph_capture, ValueError,
+               "train: --cuda-graph is not supported with --dist ", run.dist,
+               " (each step exchanges values through the host)");
+  // ZeRO-1 shards one flat group: nanoGPT's two groups (decay on matrices only) cannot be kept.
+  const double weight_decay = run.weight_decay < 0 ? 0.1 : run.weight_decay;
+  GRADUS_CHECK(!strategy->caps().sharded_optimizer_state || weight_decay == 0, ValueError,
+               "train: --dist ", run.dist,
+               " shards the optimizer as one parameter group, and --model gpt decays only its "
+               "matrices (AdamW weight decay ",
+               weight_decay, "): give --weight-decay 0 or use --dist ddp|ps");
 
   data::CharVocab vocab;
   data::TokenArray tokens;
-  int64_t vocab_size = o.vocab_size;
-  if (o.data == "text") {
-    const std::string text = read_file(o.data_file);
+  int64_t vocab_size = run.vocab_size;
+  if (run.data == "text") {
+    const std::string text = read_file(run.data_file);
     vocab = data::CharVocab::from_text(text);
     tokens = data::TokenArray(vocab.encode(text));
     vocab_size = vocab.size();
   } else {
-    tokens = data::TokenArray::map_file(o.data_file);
+    tokens = data::TokenArray::map_file(run.data_file);
     const int64_t needed = tokens.max_token_plus_one();
     if (vocab_size == 0) vocab_size = needed;
     GRADUS_CHECK(vocab_size >= needed, ValueError, "train: --vocab-size ", vocab_size,
                  " is smaller than the file's largest token + 1 (", needed, ")");
   }
+  run.vocab_size = vocab_size;  // (the run configuration holds the one used)
   const auto [train_tokens, val_tokens] = data::split_train_val(tokens);
-  data::ContextSampler train_batches(train_tokens, o.gpt.context, o.batch_size, o.seed);
-  data::ContextSampler val_batches(val_tokens, o.gpt.context, o.batch_size, o.seed + 1);
+  // Every rank draws the same global batches (one seeded stream) and takes its rows of them, so
+  // one command trains the same at any world size.
+  data::ContextSampler train_batches(train_tokens, run.gpt.context, run.batch_size, run.seed);
+  data::ContextSampler val_batches(val_tokens, run.gpt.context, run.batch_size, run.seed + 1);
+  const int64_t rows = run.batch_size / world.size, first_row = world.rank * rows;
+  auto my_rows = [&](const std::pair<Tensor, Tensor>& b) {
+    return std::pair<Tensor, Tensor>{b.first.slice(0, first_row, first_row + rows),
+                                     b.second.slice(0, first_row, first_row + rows)};
+  };
 
   nn::GPTConfig config;
   config.vocab_size = vocab_size;
-  config.block_size = o.gpt.context;
-  config.n_layer = o.gpt.layers;
-  config.n_head = o.gpt.heads;
-  config.n_embd = o.gpt.width;
-  config.dropout = o.dropout;
-  nn::GPT model(config);
-  model.to(device);
+  config.block_size = run.gpt.context;
+  config.n_layer = run.gpt.layers;
+  config.n_head = run.gpt.heads;
+  config.n_embd = run.gpt.width;
+  config.dropout = run.dropout;
+  auto model = std::make_shared<nn::GPT>(config);
+  model->to(device);
+  if (!run.init_from.empty()) {
+    io::load_module(*model, run.init_from);
+    if (lead) std::fprintf(stderr, "gradus train: --init-from %s: loaded\n", run.init_from.c_str());
+  }
+  for (const std::string& prefix : run.freeze) model->freeze(prefix, /*keep_norm_eval=*/true);
 
-  // Weight decay on matrices and embeddings, none on biases and LayerNorms (nanoGPT's groups).
+  // AdamW with weight decay on matrices and embeddings, none on biases and LayerNorms (nanoGPT's
+  // groups), over the parameters this rank updates.
   optim::AdamWOptions decay;
-  decay.lr = o.lr;
-  decay.betas = {0.9, o.beta2};
-  decay.weight_decay = o.weight_decay < 0 ? 0.1 : o.weight_decay;
+  decay.lr = run.lr;
+  decay.betas = {0.9, run.beta2};
+  decay.weight_decay = weight_decay;
   optim::AdamWOptions no_decay = decay;
   no_decay.weight_decay = 0;
-  std::vector<Tensor> matrices, vectors;
-  for (const Tensor& p : model.trainable_parameters())
-    (p.dim() >= 2 ? matrices : vectors).push_back(p);
-  optim::AdamW optimizer({{matrices, decay}, {vectors, no_decay}});
-  const std::optional<DType> amp = amp_option(o.amp);
-  GRADUS_CHECK(amp != DType::f16, ValueError,
-               "train: --model gpt supports --amp bf16 (f16 needs loss scaling, not wired here)");
-  GRADUS_CHECK(!o.cuda_graph || device.is_cuda(), ValueError,
-               "train: --cuda-graph needs a CUDA device, and the run is on ", device.str(),
-               " (--device ", o.device, ")");
+  strategy->setup(model, [&](std::vector<Tensor> params) {
+    // Without weight decay the groups are one: the parameters keep the model's order, which is
+    // the order a sharded optimizer numbers its state in, so checkpoints resume across them.
+    if (weight_decay == 0) {
+      return std::make_unique<optim::AdamW>(
+          std::vector<optim::ParamGroup<optim::AdamWOptions>>{{std::move(params), no_decay}});
+    }
+    std::vector<Tensor> matrices, vectors;
+    for (const Tensor& p : params) (p.dim() >= 2 ? matrices : vectors).push_back(p);
+    std::vector<optim::ParamGroup<optim::AdamWOptions>> groups;
+    if (!matrices.empty()) groups.push_back({matrices, decay});
+    if (!vectors.empty()) groups.push_back({vectors, no_decay});
+    return std::make_unique<optim::AdamW>(groups);
+  });
+  optim::Optimizer& optimizer = strategy->optimizer();
   // A replayed step reads its learning rate and step counts from the device.
-  if (o.cuda_graph) optimizer.set_capturable(true);
+  if (run.cuda_graph) optimizer.set_capturable(true);
+  const RunLayout layout{.world = world.size, .data = world.size, .strategy = strategy->name()};
 
-  std::printf(
-      "train: gpt (%lld parameters, %lld layers, %lld heads, width %lld, context %lld) on "
-      "%s: %lld train / %lld val tokens, vocabulary %lld, device %s\n",
-      static_cast<long long>(model.num_parameters()), static_cast<long long>(config.n_layer),
-      static_cast<long long>(config.n_head), static_cast<long long>(config.n_embd),
-      static_cast<long long>(config.block_size), o.data_file.c_str(),
-      static_cast<long long>(train_tokens.size()), static_cast<long long>(val_tokens.size()),
-      static_cast<long long>(vocab_size), device.str().c_str());
-  MetricsFile metrics(o.metrics);
-  check_save_path(o.save, true);
-  TrainingProfiler profiler(o.profile, o.profile_steps, true, device);  // --profile
+  if (lead) {
+    std::printf(
+        "train: gpt (%lld parameters, %lld layers, %lld heads, width %lld, context %lld) on "
+        "%s: %lld train / %lld val tokens, vocabulary %lld, device %s, %s\n",
+        static_cast<long long>(model->num_parameters()), static_cast<long long>(config.n_layer),
+        static_cast<long long>(config.n_head), static_cast<long long>(config.n_embd),
+        static_cast<long long>(config.block_size), run.data_file.c_str(),
+        static_cast<long long>(train_tokens.size()), static_cast<long long>(val_tokens.size()),
+        static_cast<long long>(vocab_size), device.str().c_str(), layout_text(layout).c_str());
+  }
+  MetricsFile metrics(lead ? run.metrics : "");
+  check_save_path(run.save, lead);
+  TrainingProfiler profiler(run.profile, run.profile_steps, lead, device);  // --profile
+  std::unique_ptr<io::DirectoryLock> checkpoint_lock;
+  if (!run.checkpoint_dir.empty() && lead) {
+    checkpoint_lock = std::make_unique<io::DirectoryLock>(run.checkpoint_dir);
+    io::probe_writable_directory(run.checkpoint_dir, "train: --checkpoint-dir", true);
+  }
   // GPU (or process CPU) use for the progress lines, and per-interval figures with the energy for
   // the metrics lines (run_monitor.h).
   const std::unique_ptr<monitor::DeviceMonitor> device_monitor =
-      make_run_monitor(device, std::chrono::seconds(1));
+      lead ? make_run_monitor(device, std::chrono::seconds(1)) : nullptr;
 
-  // The same val_batches windows at every evaluation, so the curve compares like with like.
+  // Checkpoints hold the step; the batches, the schedule and the random stream follow from it.
+  amp::GradScaler no_scaling({.enabled = false});
+  const std::string run_config = run_config_json(run, get_num_threads(), device.str());
+  if (!lead) std::freopen("/dev/null", "w", stdout);  // one voice: rank 0 reports
+  const StartPoint start =
+      find_start(run, run_config, *model, no_scaling, optimizer, /*scheduler=*/nullptr);
+  Checkpointer checkpoints(run, *model, optimizer, nullptr, no_scaling, run_config, lead);
+  if (!start.path.empty()) checkpoints.loaded(start.step, start.position, start.path);
+  if (checkpoints.enabled()) install_stop_handlers();
+  int64_t step = start.step;
+  train_batches.set_position(step);
+  auto position_after = [](int64_t s) { return data::LoaderPosition{0, s}; };
+  auto stop = [&](const char* why) {
+    const std::string path = checkpoints.save(step, position_after(step), {});
+    if (lead) {
+      std::fprintf(stderr, "gradus train: stopped after step %lld (%s)%s%s\n",
+                   static_cast<long long>(step), why, path.empty() ? "" : "; checkpoint ",
+                   path.c_str());
+    }
+    std::printf("stopped_at_step=%lld\n", static_cast<long long>(step));
+    std::fflush(stdout);
+  };
+  if (run.stop_after_steps > 0 && step >= run.stop_after_steps) {
+    stop("--stop-after-steps");
+    return 0;
+  }
+
+  // The same val_batches windows at every evaluation, so the curve compares like with like; each
+  // rank takes its rows, and the mean over ranks is the one-process loss.
   auto evaluate = [&] {
     NoGradGuard no_grad;
-    model.eval();
+    model->eval();
     val_batches.set_position(0);
     Tensor total;  // summed where the losses are: one read at the end, not one per batch
-    for (int64_t i = 0; i < o.eval_iters; ++i) {
+    for (int64_t i = 0; i < run.eval_iters; ++i) {
       amp::Autocast autocast(amp.value_or(DType::bf16), amp.has_value());
-      const auto [x, y] = val_batches.next(device);
-      const Tensor l = lm_loss(model, x, y).to(DType::f64);
+      const auto [x, y] = my_rows(val_batches.next(device));
+      const Tensor l = lm_loss(*model, x, y).to(DType::f64);
       total = total.defined() ? add(total, l) : l;
     }
-    model.train();
-    return total.item() / static_cast<double>(o.eval_iters);
+    model->train();
+    Tensor mean =
+        tensor({total.item() / static_cast<double>(run.eval_iters)}, {1}, {.dtype = DType::f64});
+    if (distributed) strategy->group().all_reduce(mean, dist::ReduceOp::avg, "val loss")->wait();
+    return mean.item();
   };
 
-  model.train();
+  model->train();
   const auto run_start = Clock::now();
   double val_loss = NAN, window_loss = 0;
   int64_t window_steps = 0;
-  DeferredLosses losses(device, o.read_loss_every);
+  DeferredLosses losses(device, run.read_loss_every);
   auto window_start = Clock::now();
-  profiler.at_step(0);
-  StepGraph step_graph(o.cuda_graph, kGraphWarmupSteps, "gradus train");
+  profiler.at_step(step);
+  StepGraph step_graph(run.cuda_graph, kGraphWarmupSteps, "gradus train");
   auto train_step = [&](const Tensor& x, const Tensor& y) {
     // A graph's gradients must stay where the capture found them: zeroed in place.
-    optimizer.zero_grad(/*set_to_none=*/!o.cuda_graph);
+    optimizer.zero_grad(/*set_to_none=*/!run.cuda_graph);
+    strategy->before_forward();
     Tensor loss;
     {
       amp::Autocast autocast(amp.value_or(DType::bf16), amp.has_value());
-      loss = lm_loss(model, x, y);
+      loss = lm_loss(strategy->module(), x, y);
     }
     loss.backward();
-    if (o.grad_clip > 0) optim::clip_grad_norm(model.trainable_parameters(), o.grad_clip);
-    optimizer.step();
+    strategy->step(no_scaling, run.grad_clip);  // averaged, clipped, one update
     return loss;
   };
-  for (int64_t step = 0; step < o.iters; ++step) {
-    const double lr = lr_at(step, o);
+  auto account = [&](const StepLoss& s, double l) {
+    GRADUS_CHECK(std::isfinite(l), ValueError, "train: the loss became ", l, " at step ", s.step);
+    window_loss += l;
+    ++window_steps;
+  };
+  for (; step < run.iters; ++step) {
+    const double lr = lr_at(step, run);
     optimizer.set_lr(lr);  // capturable: written to the device, outside any graph
-    const auto [x, y] = train_batches.next(device);
+    const auto [x, y] = my_rows(train_batches.next(device));
     const Tensor loss = step_graph.run(x, y, train_step);
     profiler.at_step(step + 1);
-    losses.add({step, lr, o.batch_size, loss.detach()});
-    const bool last = step + 1 == o.iters;
-    const bool eval_now = (step + 1) % o.eval_every == 0 || last;
-    if (losses.due() || eval_now) {
-      losses.flush([&](const StepLoss& s, double l) {
-        GRADUS_CHECK(std::isfinite(l), ValueError, "train: the loss became ", l, " at step ",
-                     s.step);
-        window_loss += l;
-        ++window_steps;
-      });
+    if (distributed) {
+      // The global batch's loss (the mean of the ranks'), and a stop request on any rank stops
+      // every rank after this same step: a read and an exchange every step.
+      Tensor shared =
+          tensor({loss.item(), static_cast<double>(g_stop_signal)}, {2}, {.dtype = DType::f64});
+      strategy->group().all_reduce(shared, dist::ReduceOp::sum, "loss")->wait();
+      const std::vector<double> v = shared.to_vector<double>();
+      if (v[1] != 0 && g_stop_signal == 0) g_stop_signal = SIGTERM;
+      account({step, lr, run.batch_size, Tensor()}, v[0] / world.size);
+    } else {
+      losses.add({step, lr, run.batch_size, loss.detach()});
     }
+    const bool last = step + 1 == run.iters;
+    const bool eval_now = (step + 1) % run.eval_every == 0 || last;
+    const bool checkpoint_now = run.checkpoint_every > 0 && (step + 1) % run.checkpoint_every == 0;
+    const bool stopping =
+        (run.stop_after_steps > 0 && step + 1 >= run.stop_after_steps) || g_stop_signal != 0;
+    if (losses.due() || eval_now || checkpoint_now || stopping) losses.flush(account);
     if (eval_now) {
       const double seconds = ms_since(window_start) / 1e3;
       const double tokens_per_s =
-          static_cast<double>(window_steps * o.batch_size * o.gpt.context) / seconds;
+          static_cast<double>(window_steps * run.batch_size * run.gpt.context) / seconds;
       val_loss = evaluate();
-      const double train_loss = window_loss / static_cast<double>(window_steps);
-      const std::string usage = monitor::progress_text(device_monitor->latest());
+      const double train_loss =
+          window_loss / static_cast<double>(std::max<int64_t>(window_steps, 1));
+      const std::string usage =
+          device_monitor ? monitor::progress_text(device_monitor->latest()) : std::string();
       std::printf("step %lld: train_loss %.4f val_loss=%.4f lr %.2e %.0f tokens/s%s%s\n",
                   static_cast<long long>(step + 1), train_loss, val_loss, lr, tokens_per_s,
                   usage.empty() ? "" : "  ", usage.c_str());
       std::fflush(stdout);
-      metrics.write({{"step", step + 1},
-                     {"train_loss", train_loss},
-                     {"val_loss", val_loss},
-                     {"lr", lr},
-                     {"tokens_per_s", tokens_per_s},
-                     {"elapsed_s", ms_since(run_start) / 1e3},
-                     // Since the previous line: utilisation, peaks, energy (null: unmeasured).
-                     {"monitor", monitor_json(device_monitor->take_window())}});
+      nlohmann::ordered_json line = {{"step", step + 1},
+                                     {"train_loss", train_loss},
+                                     {"val_loss", val_loss},
+                                     {"lr", lr},
+                                     {"tokens_per_s", tokens_per_s},
+                                     {"elapsed_s", ms_since(run_start) / 1e3},
+                                     {"layout", layout_json(layout)}};
+      // Since the previous line: utilisation, peaks, energy (null: unmeasured).
+      if (device_monitor) line["monitor"] = monitor_json(device_monitor->take_window());
+      metrics.write(line);
       window_loss = 0;
       window_steps = 0;
       window_start = Clock::now();
     }
+    if (checkpoint_now) checkpoints.save(step + 1, position_after(step + 1), {});
+    if (stopping) {
+      ++step;
+      const int sig = g_stop_signal;
+      if (sig == 0) {
+        stop("--stop-after-steps");
+        return 0;
+      }
+      stop(sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM");
+      return 128 + sig;
+    }
   }
   profiler.finish();
-  if (!o.save.empty()) {
-    check_finite_parameters(model, "--save " + o.save);
+  checkpoints.save(step, position_after(step), {});  // the final state: a --resume finds it done
+  if (std::isnan(val_loss)) val_loss = evaluate();   // resumed after the last step
+  if (!run.save.empty() && lead) {
+    check_finite_parameters(*model, "--save " + run.save);
     std::map<std::string, std::string> meta = {{"format", "pt"},
                                                {"gradus.model", "gpt"},
                                                {"gradus.gpt_config", config_json(config).dump()}};
-    if (o.data == "text") meta["gradus.vocab_hex"] = to_hex(vocab.to_string());
-    io::save_module(model, o.save, meta);
-    std::printf("saved %s\n", o.save.c_str());
+    if (run.data == "text") meta["gradus.vocab_hex"] = to_hex(vocab.to_string());
+    io::save_module(*model, run.save, meta);
+    std::printf("saved %s\n", run.save.c_str());
   }
   std::printf("val_loss=%.4f\n", val_loss);
   return 0;

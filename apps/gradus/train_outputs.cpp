@@ -31,4 +31,18 @@ void check_save_path(const std::string& save, bool probe) {
   if (probe) io::probe_writable_directory(parent.string(), "train: --save " + save, false);
 }
 
+nlohmann::ordered_json layout_json(const RunLayout& l) {
+  return {{"world", l.world},
+          {"data", l.data},
+          {"pipeline", l.pipeline},
+          {"tensor", l.tensor},
+          {"strategy", l.strategy}};
+}
+
+std::string layout_text(const RunLayout& l) {
+  return "layout: " + std::to_string(l.world) + (l.world == 1 ? " rank = " : " ranks = ") +
+         std::to_string(l.data) + " data x " + std::to_string(l.pipeline) + " pipeline x " +
+         std::to_string(l.tensor) + " tensor, strategy " + l.strategy;
+}
+
 }  // namespace gradus::cli

@@ -24,4 +24,14 @@ class MetricsFile {
 // IOError when --save's directory does not exist, or (probe) a file cannot be created there.
 void check_save_path(const std::string& save, bool probe);
 
+// How the run is spread: {"world": W, "data": D, "pipeline": P, "tensor": T, "strategy": S} for
+// every metrics line, and the same in words for the run's header line. S is the data-parallel
+// strategy's registry name ("local" for one replica).
+struct RunLayout {
+  int world = 1, data = 1, pipeline = 1, tensor = 1;
+  std::string strategy = "local";
+};
+nlohmann::ordered_json layout_json(const RunLayout& layout);
+std::string layout_text(const RunLayout& layout);  // "layout: 4 ranks = 2 data x 2 pipeline x ..."
+
 }  // namespace gradus::cli

@@ -102,6 +102,15 @@ void add_model_parallel_options(CLI::App& train, TrainOptions& o) {
 int run_train_model_parallel(const TrainOptions& options) {
   const auto run_start = Clock::now();
   const TrainOptions& o = options;
+  refuse_options_not_in(
+      o, "model-parallel image classification (--tp/--pp)",
+      {"model", "data", "data-dir", "augment", "augment-padding", "dropout", "epochs", "batch-size",
+       "lr", "optimizer", "momentum", "weight-decay", "scheduler", "warmup-steps", "step-epochs",
+       "step-gamma", "seed", "device", "threads", "workers", "metrics", "limit-train", "limit-test",
+       "no-progress", "save", "dist-timeout", "tp", "pp", "micro-batches", "schedule",
+       // refused below, each with its own reason
+       "dist", "checkpoint-dir", "checkpoint-every", "resume", "resume-or-start", "amp",
+       "grad-checkpoint", "init-from", "freeze", "profile", "stop-after-steps", "cuda-graph"});
   check_supported(o);
   check_image_data_options(o);
   apply_threads(o.threads);
@@ -156,6 +165,13 @@ int run_train_model_parallel(const TrainOptions& options) {
                static_cast<long long>(pipe.stage().num_parameters()), o.micro_batches,
                o.schedule.c_str(), static_cast<long long>(o.batch_size),
                static_cast<long long>(local_batch));
+  // The replicas' gradients are all-reduced after each backward (dist::average_gradients).
+  const RunLayout layout{.world = world.size,
+                         .data = dp,
+                         .pipeline = o.pp,
+                         .tensor = o.tp,
+                         .strategy = dp > 1 ? "ddp" : "local"};
+  if (lead) std::fprintf(stderr, "gradus train: %s\n", layout_text(layout).c_str());
   if (!lead) std::freopen("/dev/null", "w", stdout);
 
   auto loss_fn = [](const Tensor& out, const Tensor& target) { return cross_entropy(out, target); };
@@ -236,7 +252,7 @@ int run_train_model_parallel(const TrainOptions& options) {
                    {"step", step},
                    {"elapsed_s", ms_since(run_start) / 1e3},
                    {"model", o.model},
-                   {"layout", groups.describe()},
+                   {"layout", layout_json(layout)},
                    {"device", device.str()}});
   }
   if (!o.save.empty()) {

@@ -59,4 +59,17 @@ std::shared_ptr<data::TensorDataset> load_image_split(const TrainOptions& o, boo
                            : data::load_fashion_mnist(dir, train, limit, normalise);
 }
 
+void refuse_options_not_in(const TrainOptions& o, const char* task,
+                           std::initializer_list<const char*> honoured) {
+  std::string refused;
+  for (const std::string& name : o.given) {
+    bool ok = false;
+    for (const char* h : honoured) ok = ok || name == h;
+    if (!ok) refused += (refused.empty() ? "--" : ", --") + name;
+  }
+  GRADUS_CHECK(refused.empty(), ValueError, "train: ", refused,
+               (refused.find(',') == std::string::npos ? " is" : " are"), " not supported by ",
+               task, " (--model ", o.model, ")");
+}
+
 }  // namespace gradus::cli

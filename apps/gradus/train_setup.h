@@ -1,6 +1,7 @@
 // Pieces of a training run shared by the train tasks (train.cpp, train_parallel.cpp).
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -20,6 +21,11 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, double l
 std::shared_ptr<optim::LRScheduler> make_scheduler(const TrainOptions& o,
                                                    optim::Optimizer& optimizer, int64_t total_steps,
                                                    int64_t steps_per_epoch);
+
+// Every option given that `task` does not honour is refused, naming it: an option is either
+// honoured or refused, never accepted and ignored. `honoured` lists long names without dashes.
+void refuse_options_not_in(const TrainOptions& o, const char* task,
+                           std::initializer_list<const char*> honoured);
 
 // --data mnist needs --data-dir: refused before anything is built or read.
 void check_image_data_options(const TrainOptions& o);

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The GPT under every data-parallel strategy, against one process (the same global batch: each
+# rank takes its rows of the batches one seeded stream draws): ddp, ps and zero1 at 2 and 3 ranks
+# end at the one-process weights (gradus inspect --compare: every tensor within 1e-4 relative,
+# except the attention's qkv biases: the key third of them has a true gradient of exactly zero,
+# so AdamW turns the ranks' different rounding into steps of size lr there, 1e-3), and print the
+# same validation losses. Checkpoints: a one-process run stopped and resumed ends bitwise where an
+# uninterrupted one ends; a ddp checkpoint resumes on one process and under zero1.
+# usage: gpt_strategies.sh GRADUS MPIRUN TEXT_SAMPLE
+set -uo pipefail
+gradus=$1
+mpirun=$2
+sample=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+# zero1 shards one parameter group: nanoGPT's decay-on-matrices needs --weight-decay 0 there, so
+# every run here uses it (the test of decay's groups is the one-process golden test).
+common=(train --model gpt --data text --data-file "$sample" --context 16 --layers 2 --heads 2
+  --width 32 --batch-size 12 --iters 6 --eval-every 3 --eval-iters 2 --threads 1 --seed 11
+  --weight-decay 0 --lr 0.003)
+losses() { grep -o 'val_loss=[0-9.]*' "$1" | tr '\n' ' '; }
+launch() {  # launch NP ARGS...
+  local np=$1
+  shift
+  timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
+    -np "$np" "$gradus" "${common[@]}" "$@"
+}
+close_to() {  # close_to A B WHAT: every tensor within the bounds above
+  "$gradus" inspect "$1" --compare "$2" >"$work/compare.txt" || fail "$3: inspect --compare failed"
+  awk -v what="$3" '
+    /^max_relative_difference=/ { next }
+    { bound = ($1 ~ /c_attn\.bias$/) ? 1e-3 : 1e-4
+      if ($2 + 0 > bound) { printf "FAIL: %s: %s differs by %s (bound %g)\n", what, $1, $2, bound; bad = 1 } }
+    END { exit bad }' "$work/compare.txt" || exit 1
+}
+
+"$gradus" "${common[@]}" --save "$work/one.safetensors" >"$work/one.log" 2>&1 ||
+  fail "one process: $(tail -3 "$work/one.log")"
+reference=$(losses "$work/one.log")
+[ -n "$reference" ] || fail "the one-process run printed no val_loss"
+echo "gpt_strategies: one process: $reference"
+runs=0
+for np in 2 3; do
+  for strategy in ddp ps zero1; do
+    launch "$np" --dist "$strategy" --save "$work/$strategy$np.safetensors" \
+      --metrics "$work/$strategy$np.jsonl" >"$work/run.log" 2>&1 ||
+      fail "-np $np --dist $strategy: $(tail -3 "$work/run.log")"
+    [ "$(losses "$work/run.log")" = "$reference" ] ||
+      fail "-np $np --dist $strategy printed $(losses "$work/run.log"), one process $reference"
+    close_to "$work/one.safetensors" "$work/$strategy$np.safetensors" "-np $np --dist $strategy"
+    grep -q "\"layout\":{\"world\":$np,\"data\":$np,\"pipeline\":1,\"tensor\":1,\"strategy\":\"$strategy\"}" \
+      "$work/$strategy$np.jsonl" || fail "-np $np --dist $strategy: no layout in the metrics: $(head -1 "$work/$strategy$np.jsonl")"
+    runs=$((runs + 1))
+    echo "gpt_strategies: -np $np --dist $strategy: the same losses, weights within bounds ($(tail -1 "$work/compare.txt"))"
+  done
+done
+
+# One process, stopped after 2 steps and resumed: bitwise the uninterrupted run.
+"$gradus" "${common[@]}" --checkpoint-dir "$work/ck1" --checkpoint-every 2 --stop-after-steps 2 \
+  >"$work/stop.log" 2>&1 || fail "stop: $(tail -3 "$work/stop.log")"
+grep -q "stopped_at_step=2" "$work/stop.log" || fail "the run did not stop after step 2"
+"$gradus" "${common[@]}" --checkpoint-dir "$work/ck1" --resume --save "$work/resumed.safetensors" \
+  >"$work/resume.log" 2>&1 || fail "resume: $(tail -3 "$work/resume.log")"
+grep -q "resuming from .* (step 2," "$work/resume.log" || fail "the second run did not resume from step 2: $(head -3 "$work/resume.log")"
+cmp -s "$work/one.safetensors" "$work/resumed.safetensors" ||
+  fail "stopped and resumed, one process ended elsewhere: $("$gradus" inspect "$work/one.safetensors" --compare "$work/resumed.safetensors" | tail -1)"
+echo "gpt_strategies: one process stopped after step 2 and resumed: bitwise the uninterrupted run"
+
+# A checkpoint written under ddp on 2 ranks resumes on one process, and under zero1 on 3.
+launch 2 --dist ddp --checkpoint-dir "$work/ck2" --checkpoint-every 3 --stop-after-steps 3 \
+  >"$work/stop2.log" 2>&1 || fail "ddp stop: $(tail -3 "$work/stop2.log")"
+cp -r "$work/ck2" "$work/ck3"
+"$gradus" "${common[@]}" --checkpoint-dir "$work/ck2" --resume --save "$work/ddp_then_one.safetensors" \
+  >"$work/r1.log" 2>&1 || fail "ddp -> one process: $(tail -3 "$work/r1.log")"
+grep -q "resuming from .* (step 3," "$work/r1.log" || fail "ddp -> one process did not resume from step 3"
+close_to "$work/one.safetensors" "$work/ddp_then_one.safetensors" "ddp on 2 ranks -> one process"
+launch 3 --dist zero1 --checkpoint-dir "$work/ck3" --resume --save "$work/ddp_then_zero1.safetensors" \
+  >"$work/r3.log" 2>&1 || fail "ddp -> zero1: $(tail -3 "$work/r3.log")"
+grep -q "resuming from .* (step 3," "$work/r3.log" || fail "ddp -> zero1 did not resume from step 3"
+close_to "$work/one.safetensors" "$work/ddp_then_zero1.safetensors" "ddp on 2 ranks -> zero1 on 3"
+echo "gpt_strategies: a ddp checkpoint resumed on one process and under zero1 on 3 ranks ends at the one-process weights"
+echo "gpt_strategies: $runs layouts: PASS"
