@@ -118,6 +118,12 @@ int run_train_lm(const TrainOptions& o) {
                "train: --model gpt follows a linear warm-up then a cosine decay to --min-lr; "
                "--scheduler ",
                o.scheduler, " is not supported with it");
+  GRADUS_CHECK(o.tp == 1 && o.pp == 1, ValueError,
+               "train: --tp/--pp (tensor and pipeline parallelism) are not supported with "
+               "--model gpt yet; its data-parallel strategies are --dist ddp|ps|zero1");
+  GRADUS_CHECK(!o.given.count("vocab-size") || o.data == "tokens", ValueError,
+               "train: --vocab-size applies to --data tokens; the vocabulary of --data text is "
+               "the file's bytes");
   TrainOptions run = o;
   if (run.resume_or_start) run.resume = true;
   apply_threads(run.threads);

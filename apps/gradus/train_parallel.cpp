@@ -115,6 +115,11 @@ int run_train_model_parallel(const TrainOptions& options) {
   check_image_data_options(o);
   apply_threads(o.threads);
   const dist::World world = dist::init({.timeout_seconds = o.dist_timeout});
+  GRADUS_CHECK(world.size % (o.tp * o.pp) == 0, ValueError, "train: --tp ", o.tp, " --pp ", o.pp,
+               " need a multiple of ", o.tp * o.pp,
+               " ranks (launch under mpirun/srun); this world "
+               "has ",
+               world.size);
   const dist::ParallelGroups groups =
       dist::make_parallel_groups({.tensor = o.tp, .pipeline = o.pp});
   const int dp = groups.layout.data;
