@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """gradus DDP vs PyTorch DDP (torch.distributed, gloo) on the CPU: the global training step.
 
-For each model@global_batch (default mlp-large@256 and cnn@64) both frameworks run as one
+For each model@global_batch (default mlp-large@256, cnn@64 and gpt@16) both frameworks run as one
 `mpirun -np N` job of N ranks with T threads each (default 2 x 1), the same model, loss
-(cross-entropy), optimizer (Adam, lr 1e-3), global batch (each rank B/N random examples), float32
-and default buckets (25 MB):
+(cross-entropy), optimizer (Adam, lr 1e-3; AdamW for the GPT), global batch (each rank B/N random
+examples; token windows of 64 for the GPT), float32 and default buckets (25 MB):
 
 * gradus:  mpirun ... gradus bench --dist ddp --model M --batch-size B --threads T
 * PyTorch: mpirun ... python3 compare_ddp.py --torch-rank ... (this file): DistributedDataParallel
@@ -31,7 +31,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare_pytorch import BENCH_BATCHES, find_gradus, worker_model  # noqa: E402
 
-DEFAULT_RUNS = "mlp-large@256,cnn@64"
+DEFAULT_RUNS = "mlp-large@256,cnn@64,gpt@16"
+# gpt: 4 layers, 4 heads, width 128 (gradus bench's defaults), context 64, the 65 characters of
+# tinyshakespeare; its batch is of token windows.
+GPT_VOCAB, GPT_CONTEXT = 65, 64
 
 
 # ------------------------------------------------------------------- one PyTorch rank (mpirun)
@@ -49,15 +52,27 @@ def torch_rank(args):
     assert args.batch_size % size == 0, "the global batch must divide by the ranks"
     per_rank = args.batch_size // size
     torch.manual_seed(args.seed)  # DDP broadcasts rank 0's parameters anyway
-    model = DistributedDataParallel(worker_model(args.model))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     torch.manual_seed(args.seed + 1 + rank)  # each rank its own batches
-    xs = [torch.randn(per_rank, 1, 28, 28) for _ in range(BENCH_BATCHES)]
-    ys = [torch.randint(0, 10, (per_rank,)) for _ in range(BENCH_BATCHES)]
+    if args.model == "gpt":
+        # nanoGPT's CPU shape (compare_gpt.py's model): AdamW as `gradus bench --model gpt`.
+        from compare_gpt import GPT
+        model = DistributedDataParallel(GPT(GPT_VOCAB, GPT_CONTEXT, 4, 4, 128))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+        xs = [torch.randint(0, GPT_VOCAB, (per_rank, GPT_CONTEXT)) for _ in range(BENCH_BATCHES)]
+        ys = [torch.randint(0, GPT_VOCAB, (per_rank, GPT_CONTEXT)) for _ in range(BENCH_BATCHES)]
+
+        def loss_of(out, y):
+            return F.cross_entropy(out.view(-1, GPT_VOCAB), y.view(-1))
+    else:
+        model = DistributedDataParallel(worker_model(args.model))
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        xs = [torch.randn(per_rank, 1, 28, 28) for _ in range(BENCH_BATCHES)]
+        ys = [torch.randint(0, 10, (per_rank,)) for _ in range(BENCH_BATCHES)]
+        loss_of = F.cross_entropy
 
     def step(i):
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(xs[i % BENCH_BATCHES]), ys[i % BENCH_BATCHES])
+        loss = loss_of(model(xs[i % BENCH_BATCHES]), ys[i % BENCH_BATCHES])
         loss.backward()
         opt.step()
         return loss.item()

@@ -18,6 +18,7 @@
 #include "gradus/core/cuda.h"
 #include "gradus/dist/dist.h"
 #include "gradus/gradus.h"
+#include "gradus/nn/gpt.h"
 #include "gradus/nn/models.h"
 #include "gradus/optim/adam.h"
 #include "gradus/train/strategy.h"
@@ -70,16 +71,29 @@ int run_bench_dist(const BenchOptions& o) {
   const int64_t per_rank = o.batch_size / world.size;
 
   manual_seed(o.seed);  // the same initial model on every rank
+  // The GPT (AdamW, as `gradus bench --model gpt` and `train --model gpt`) on token windows of
+  // --context; the image models (Adam) on 28x28 images.
+  const bool gpt = o.model == "gpt";
   const std::string name = o.model == "mlp"   ? "mlp-bench"
                            : o.model == "cnn" ? "cnn-bench"
                                               : o.model;
-  std::shared_ptr<nn::Module> model = nn::make_model(name);
+  nn::GPTConfig gpt_config;
+  gpt_config.vocab_size = o.vocab_size;
+  gpt_config.block_size = o.gpt.context;
+  gpt_config.n_layer = o.gpt.layers;
+  gpt_config.n_head = o.gpt.heads;
+  gpt_config.n_embd = o.gpt.width;
+  std::shared_ptr<nn::Module> model =
+      gpt ? std::make_shared<nn::GPT>(gpt_config) : nn::make_model(name);
   model->to(device);
   model->train();
   const std::unique_ptr<train::Strategy> strategy = train::make_strategy(
       o.dist,
       {.ddp = dist::DDPOptions{.bucket_cap_mb = o.bucket_cap_mb, .overlap = !o.no_overlap}});
-  strategy->setup(model, [](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(p); });
+  strategy->setup(model, [gpt](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
+    if (gpt) return std::make_unique<optim::AdamW>(p);
+    return std::make_unique<optim::Adam>(p);
+  });
   optim::Optimizer& optimizer = strategy->optimizer();
   amp::GradScaler scaler({.enabled = false});
   // DDP's own figures: how long backward waited for communication.
@@ -89,15 +103,22 @@ int run_bench_dist(const BenchOptions& o) {
   manual_seed(o.seed + 1 + static_cast<uint64_t>(world.rank));
   std::vector<Tensor> xs, ys;
   for (int i = 0; i < 16; ++i) {
-    xs.push_back(randn({per_rank, 1, 28, 28}, {DType::f32, device}));
-    ys.push_back(randint(0, 10, {per_rank}, {DType::i64, device}));
+    if (gpt) {
+      xs.push_back(randint(0, o.vocab_size, {per_rank, o.gpt.context}, {DType::i64, device}));
+      ys.push_back(randint(0, o.vocab_size, {per_rank, o.gpt.context}, {DType::i64, device}));
+    } else {
+      xs.push_back(randn({per_rank, 1, 28, 28}, {DType::f32, device}));
+      ys.push_back(randint(0, 10, {per_rank}, {DType::i64, device}));
+    }
   }
   size_t next = 0;
   auto step = [&] {
     const size_t i = next++ % xs.size();
     optimizer.zero_grad();
     strategy->before_forward();
-    const Tensor loss = cross_entropy(strategy->module()(xs[i]), ys[i]);
+    const Tensor out = strategy->module()(xs[i]);
+    const Tensor loss = gpt ? cross_entropy(out.reshape({-1, o.vocab_size}), ys[i].reshape({-1}))
+                            : cross_entropy(out, ys[i]);
     loss.backward();
     strategy->step(scaler);
     return loss.item();  // waits for the device
