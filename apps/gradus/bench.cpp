@@ -158,12 +158,7 @@ namespace {
 
 // A GPT training step (AdamW, like `gradus train --model gpt`) on random token windows.
 int bench_gpt(const BenchOptions& o, Device device) {
-  nn::GPTConfig config;
-  config.vocab_size = o.vocab_size;
-  config.block_size = o.gpt.context;
-  config.n_layer = o.gpt.layers;
-  config.n_head = o.gpt.heads;
-  config.n_embd = o.gpt.width;
+  const nn::GPTConfig config = gpt_config(o.gpt, o.vocab_size);
   nn::GPT model(config);
   model.to(device);
   model.train();

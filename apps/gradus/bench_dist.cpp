@@ -18,7 +18,6 @@
 #include "gradus/core/cuda.h"
 #include "gradus/dist/dist.h"
 #include "gradus/gradus.h"
-#include "gradus/nn/gpt.h"
 #include "gradus/nn/models.h"
 #include "gradus/optim/adam.h"
 #include "gradus/train/strategy.h"
@@ -77,14 +76,8 @@ int run_bench_dist(const BenchOptions& o) {
   const std::string name = o.model == "mlp"   ? "mlp-bench"
                            : o.model == "cnn" ? "cnn-bench"
                                               : o.model;
-  nn::GPTConfig gpt_config;
-  gpt_config.vocab_size = o.vocab_size;
-  gpt_config.block_size = o.gpt.context;
-  gpt_config.n_layer = o.gpt.layers;
-  gpt_config.n_head = o.gpt.heads;
-  gpt_config.n_embd = o.gpt.width;
   std::shared_ptr<nn::Module> model =
-      gpt ? std::make_shared<nn::GPT>(gpt_config) : nn::make_model(name);
+      gpt ? std::make_shared<nn::GPT>(gpt_config(o.gpt, o.vocab_size)) : nn::make_model(name);
   model->to(device);
   model->train();
   const std::unique_ptr<train::Strategy> strategy = train::make_strategy(

@@ -13,6 +13,7 @@
 
 #include "gradus/core/dtype.h"
 #include "gradus/data/mnist.h"
+#include "gradus/nn/gpt.h"
 
 namespace CLI {
 class App;
@@ -126,6 +127,8 @@ void add_lm_train_options(CLI::App& train, TrainOptions& o);
 // --augment and --augment-padding (train_augment.cpp).
 void add_augment_options(CLI::App& train, TrainOptions& o);
 void add_gpt_shape_options(CLI::App& command, GptShape& shape);
+// The GPT of a shape and vocabulary (train, bench and bench --dist build the same one).
+nn::GPTConfig gpt_config(const GptShape& shape, int64_t vocab_size, double dropout = 0.0);
 void add_generate_command(CLI::App& app, GenerateOptions& o);
 
 struct InspectOptions {

@@ -192,13 +192,7 @@ int run_train_lm(const TrainOptions& o) {
                                      b.second.slice(0, first_row, first_row + rows)};
   };
 
-  nn::GPTConfig config;
-  config.vocab_size = vocab_size;
-  config.block_size = run.gpt.context;
-  config.n_layer = run.gpt.layers;
-  config.n_head = run.gpt.heads;
-  config.n_embd = run.gpt.width;
-  config.dropout = run.dropout;
+  const nn::GPTConfig config = gpt_config(run.gpt, vocab_size, run.dropout);
   auto model = std::make_shared<nn::GPT>(config);
   model->to(device);
   if (!run.init_from.empty()) {
@@ -407,6 +401,17 @@ int run_train_lm(const TrainOptions& o) {
   }
   std::printf("val_loss=%.4f\n", val_loss);
   return 0;
+}
+
+nn::GPTConfig gpt_config(const GptShape& shape, int64_t vocab_size, double dropout) {
+  nn::GPTConfig config;
+  config.vocab_size = vocab_size;
+  config.block_size = shape.context;
+  config.n_layer = shape.layers;
+  config.n_head = shape.heads;
+  config.n_embd = shape.width;
+  config.dropout = dropout;
+  return config;
 }
 
 void add_gpt_shape_options(CLI::App& c, GptShape& g) {
