@@ -55,7 +55,7 @@ expect_error() {  # expect_error NP REGEX ARGS...: exit 1 within the timeout, wi
   echo "ok: -np $np $* -> $(grep -Eo -- "$regex" "$work/out" | head -1)"
   layouts=$((layouts + 1))
 }
-expect_error 3 "3 rank\(s\) cannot be split into 2 tensor" --tp 2
+expect_error 3 "--tp 2 --pp 1 need a multiple of 2 ranks .*this world has 3" --tp 2
 expect_error 2 "cannot be cut into --micro-batches 100" --pp 2 --micro-batches 100
 expect_error 3 "out_features \(256\) must be a positive multiple of the group size \(3\)" --tp 3
 expect_error 4 "the model has 3 layer\(s\), fewer than the 4 pipeline stages" --pp 4 --model mlp-bench
