@@ -52,7 +52,7 @@ ldd "${objects[@]}" 2>/dev/null | awk '/=> \//{print $1, $3}' | sort -u |
     cp -L "$path" "$stage/runtime/$name"
   done
 # OpenBLAS's OpenMP build under its generic soname (the alternatives link ldd resolved above).
-ls "$stage/runtime" | grep -q '^libopenblas' || { echo "gpu_bundle: OpenBLAS not found by ldd" >&2; exit 1; }
+compgen -G "$stage/runtime/libopenblas*" >/dev/null || { echo "gpu_bundle: OpenBLAS not found by ldd" >&2; exit 1; }
 
 # A slice of Fashion-MNIST, as gzipped IDX files under the usual names.
 python3 - "$stage/data/fashion-mnist" <<'EOF'

@@ -195,7 +195,7 @@ if [ -z "$driver" ] && [ "${GRADUS_GPU_CHECK_PAST_PREFLIGHT:-0}" != 1 ]; then
   fi
   finish 2
 fi
-if { ! echo "$backend_line" | grep -q 'loaded from' || echo "$devices_line" | grep -q '(0 CUDA devices)'; } &&
+if { [[ $backend_line != *"loaded from"* ]] || [[ $devices_line == *"(0 CUDA devices)"* ]]; } &&
   [ "${GRADUS_GPU_CHECK_PAST_PREFLIGHT:-0}" != 1 ]; then
   note "preflight: STOP: the driver is $driver, but the CUDA backend did not load or sees no device (env.txt has gradus info and the module's ldd)"
   [ "$REHEARSE" = 1 ] && note "rehearsal FAILED: the preflight stopped for another reason than a missing driver"

@@ -54,14 +54,14 @@ echo "config_file: --print-config reads back into the same configuration; flags 
 # Refusals, each naming what is wrong (exit status 2, like a bad flag).
 printf 'no-such-option = 3\n' >"$work/unknown.toml"
 out=$("$gradus" train --config "$work/unknown.toml" 2>&1)
-[ $? -eq 2 ] && echo "$out" | grep -q -- "--no-such-option" || fail "unknown key: $out"
+[ $? -eq 2 ] && grep -q -- "--no-such-option" <<<"$out" || fail "unknown key: $out"
 printf '[train]\nmodel = "gpt"\n' >"$work/section.toml"
 out=$("$gradus" train --config "$work/section.toml" 2>&1)
-[ $? -eq 2 ] && echo "$out" | grep -q "sections are not read" || fail "section: $out"
+[ $? -eq 2 ] && grep -q "sections are not read" <<<"$out" || fail "section: $out"
 out=$("$gradus" train --config "$work/missing.toml" 2>&1)
-[ $? -eq 2 ] && echo "$out" | grep -q "missing.toml" || fail "missing file: $out"
+[ $? -eq 2 ] && grep -q "missing.toml" <<<"$out" || fail "missing file: $out"
 printf 'lr = nan\n' >"$work/nan.toml"
 out=$("$gradus" train --config "$work/nan.toml" 2>&1)
-[ $? -eq 2 ] && echo "$out" | grep -q "'nan' is not a finite number" || fail "NaN value: $out"
+[ $? -eq 2 ] && grep -q "'nan' is not a finite number" <<<"$out" || fail "NaN value: $out"
 echo "config_file: unknown keys, sections, a missing file and NaN are refused by name"
 echo "config_file: PASS"

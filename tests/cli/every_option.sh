@@ -92,10 +92,12 @@ lr-reference-batch|--lr-scaling linear --lr-reference-batch 64|changes|--lr-refe
 # A run's result: its epoch lines (losses and accuracy) or step lines (losses), timings cut off.
 result() { grep -E '^(epoch [0-9]|step [0-9])' "$1" | sed 's/ (.*//; s/ lr .*//' | tr '\n' ' '; }
 
+# (grep reads here-strings: with pipefail, `echo ... | grep -q` can fail when grep leaves at the
+# first match and the writer gets SIGPIPE.)
 # Every option of `train --help` is in the table (and --config/--print-config are tested apart).
 for name in $("$gradus" train --help | grep -o '^  *--[a-z0-9-]*' | sed 's/ *--//' | sort -u); do
   case "$name" in config | print-config | model | data | help) continue ;; esac
-  echo "$table" | grep -q "^$name|" || fail "--$name is not classified in every_option.sh's table"
+  grep -q "^$name|" <<<"$table" || fail "--$name is not classified in every_option.sh's table"
 done
 
 have_images=0

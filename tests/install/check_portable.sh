@@ -56,7 +56,10 @@ close() {  # two losses within 1e-3 relative (the copies round differently: FMA,
 
 # 1. The loader's own list of the levels this CPU supports decides the expected copy.
 ld_so=$(readlink -f /lib64/ld-linux-x86-64.so.2)
-if "$ld_so" --help 2>/dev/null | grep -q 'x86-64-v3 (supported'; then
+# (The help text read whole first: with pipefail, `ld.so --help | grep -q` fails when grep leaves
+# at the match and ld.so, still writing, gets SIGPIPE.)
+ld_help=$("$ld_so" --help 2>/dev/null)
+if grep -q 'x86-64-v3 (supported' <<<"$ld_help"; then
   want="CPU kernels: x86-64-v3 (AVX2, FMA), $(readlink -f "$v3_lib")"
 else
   want="CPU kernels: x86-64 (SSE2), $(readlink -f "$base_lib")"
