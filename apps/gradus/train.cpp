@@ -335,14 +335,7 @@ int run_train_images(const TrainOptions& options) {
       const int64_t n = batch.target.size(0) * world.size;        // the global batch
       samples_here += n;
       if (distributed) {
-        // The global loss (mean of the ranks' shares), and a stop request on any rank stops
-        // every rank after this same step: a read and an exchange every step.
-        Tensor shared =
-            tensor({loss.item(), static_cast<double>(g_stop_signal)}, {2}, {.dtype = DType::f64});
-        dist::default_group()->all_reduce(shared, dist::ReduceOp::sum, "loss")->wait();
-        const std::vector<double> v = shared.to_vector<double>();
-        if (v[1] != 0 && g_stop_signal == 0) g_stop_signal = SIGTERM;
-        account({step, lr, n, Tensor()}, v[0] / world.size);
+        account({step, lr, n, Tensor()}, agree_on_step(strategy->group(), loss));
       } else {
         losses.add({step, lr, n, loss.detach()});
         if (losses.due()) losses.flush(account);

@@ -77,6 +77,15 @@ void install_stop_handlers() {
   sigaction(SIGHUP, &sa, nullptr);  // the terminal closed: same as SIGTERM
 }
 
+double agree_on_step(dist::ProcessGroup& group, const Tensor& loss) {
+  Tensor shared =
+      tensor({loss.item(), static_cast<double>(g_stop_signal)}, {2}, {.dtype = DType::f64});
+  group.all_reduce(shared, dist::ReduceOp::sum, "loss")->wait();
+  const std::vector<double> v = shared.to_vector<double>();
+  if (v[1] != 0 && g_stop_signal == 0) g_stop_signal = SIGTERM;
+  return v[0] / group.size();
+}
+
 StartPoint find_start(const TrainOptions& o, const std::string& config, nn::Module& model,
                       amp::GradScaler& scaler, optim::Optimizer& optimizer,
                       optim::LRScheduler* scheduler) {

@@ -17,6 +17,10 @@ namespace gradus::cli {
 // exit with 128 + the signal. install_stop_handlers() routes them to g_stop_signal.
 extern volatile std::sig_atomic_t g_stop_signal;
 void install_stop_handlers();
+// After a step of a data-parallel run (collective over the data ranks): the global batch's loss,
+// the mean of the ranks' shares, and a stop request on any rank made every rank's (g_stop_signal),
+// so all ranks stop after this same step. A read and one exchange every step.
+double agree_on_step(dist::ProcessGroup& group, const Tensor& loss);
 
 // Writes checkpoints of one run; skips a save that would repeat the last one exactly.
 class Checkpointer {

@@ -331,14 +331,7 @@ int run_train_lm(const TrainOptions& o) {
     const Tensor loss = step_graph.run(x, y, train_step);
     profiler.at_step(step + 1);
     if (distributed) {
-      // The global batch's loss (the mean of the ranks'), and a stop request on any rank stops
-      // every rank after this same step: a read and an exchange every step.
-      Tensor shared =
-          tensor({loss.item(), static_cast<double>(g_stop_signal)}, {2}, {.dtype = DType::f64});
-      strategy->group().all_reduce(shared, dist::ReduceOp::sum, "loss")->wait();
-      const std::vector<double> v = shared.to_vector<double>();
-      if (v[1] != 0 && g_stop_signal == 0) g_stop_signal = SIGTERM;
-      account({step, lr, run.batch_size, Tensor()}, v[0] / world.size);
+      account({step, lr, run.batch_size, Tensor()}, agree_on_step(strategy->group(), loss));
     } else {
       losses.add({step, lr, run.batch_size, loss.detach()});
     }
