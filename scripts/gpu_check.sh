@@ -8,11 +8,12 @@
 #   3. every GPU test suite as its own process (a sticky CUDA fault in one cannot fail another),
 #      four at a time, counting run, skipped and failed tests: all skipped is a failure;
 #   4. compute-sanitizer memcheck over small tests of gradus's own kernels;
-#   5. step time vs PyTorch (mlp, mlp-large, cnn, gpt), 8192^3 GEMM in f32 and bf16 vs
+#   5. step time vs PyTorch (mlp, mlp-large, cnn, gpt), the GPT alone as a CUDA graph, under bf16
+#      autocast and profiled op by op, 8192^3 GEMM in f32 and bf16 vs
 #      torch.matmul, and 3 epochs of the MLP and the CNN on the GPU with their accuracy beside the
 #      CPU's (measured when the bundle was built);
 #   each stage with a hard time limit. Logs go to $OUT (the device tool's folder; else
-#   ./gpu-check-out), six files, and a one-screen summary is printed last.
+#   ./gpu-check-out), seven files, and a one-screen summary is printed last.
 #
 #   scripts/gpu_check.sh --rehearse   runs the same script here, from the bundle alone, in a
 #   private mount namespace where the build dependencies, OpenMPI, OpenBLAS and the CUDA toolkit
@@ -291,6 +292,23 @@ done
 grep -hE '^(model|mlp|mlp-large|cnn) |^GEMM|time ratio' "$BENCH" | head -12 | sed 's/^/  /' >>"$SUMMARY"
 sed -n 's/.*"gradus_ms": \([0-9.]*\), "torch_ms": \([0-9.]*\).*"speedup": \([0-9.]*\).*/  gpt 6x384 ctx 256: gradus \1 ms, PyTorch \2 ms, speedup \3 (> 1: gradus faster)/p' \
   "$BENCH" >>"$SUMMARY"
+# Where the GPT's step time goes: gradus alone, 6x384 at context 256 as above, as a CUDA graph and
+# under bf16 autocast, and the profiler's table of one eager step's ops (GPU times per op).
+PROFILE=$OUT/profile.log
+for variant in "--cuda-graph" "--amp bf16"; do
+  # shellcheck disable=SC2086 # the variant is two words or one
+  stage "gpt bench $variant" 40 "$PROFILE" "$GRADUS" bench --model gpt --device cuda --batch-size 16 \
+    --context 256 --layers 6 --width 384 --heads 6 --steps 30 --repeats 3 $variant ||
+    bad "gpt bench $variant (profile.log)"
+  ms=$(grep -o '"ms_per_step":[0-9.]*' "$PROFILE" | tail -1 | cut -d: -f2)
+  note "  gpt 6x384 ctx 256, gradus $variant: ${ms:-none} ms per step"
+done
+cat "$ROOT"/README.md "$ROOT"/docs/*.md >"$B/gpt.txt"
+stage "gpt profile" 60 "$PROFILE" "$GRADUS" train --model gpt --data text --data-file "$B/gpt.txt" \
+  --device cuda --batch-size 16 --context 256 --layers 6 --width 384 --heads 6 \
+  --profile "$B/gpt_trace.json" --profile-steps 4:6 --stop-after-steps 7 ||
+  bad "gpt profile (profile.log)"
+grep -hE 'ms per step' "$PROFILE" | tail -1 | sed 's/^/  gpt profile: /' >>"$SUMMARY"
 TRAIN=$OUT/train.log
 for model in mlp cnn; do
   stage "train $model 3 epochs" 60 "$TRAIN" "$GRADUS" train --model "$model" --epochs 3 --device cuda \

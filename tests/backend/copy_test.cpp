@@ -188,6 +188,17 @@ TEST(BackendCopy, HostTransfersFillAndArange) {
   cpu().arange(ai, 10, 3);
   const int64_t* p = ai.data_ptr<int64_t>();
   for (int64_t i = 0; i < 100000; ++i) ASSERT_EQ(p[i], 10 + 3 * i);
+  // Two roundings, never one FMA, in whichever copy of the backend the loader picked (the CUDA
+  // kernel computes the same): 30 * 0.1 rounds to 3.0 exactly, so element 30 is 0, where a fused
+  // multiply-add would leave 1.7e-16.
+  Tensor ad = poisoned({40}, DType::f64);
+  cpu().arange(ad, -3.0, 0.1);
+  EXPECT_EQ(ad.data_ptr<double>()[30], 0.0);
+  const volatile double step = 0.1;  // volatile: this file's compiler may not fuse either
+  for (int64_t i = 0; i < 40; ++i) {
+    const volatile double product = static_cast<double>(i) * step;
+    EXPECT_EQ(ad.data_ptr<double>()[i], -3.0 + product) << "element " << i;
+  }
 }
 
 }  // namespace

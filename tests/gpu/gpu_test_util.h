@@ -141,4 +141,34 @@ inline std::vector<uint8_t> bytes_of(const Tensor& t) {
   return {p, p + c.numel() * static_cast<int64_t>(c.element_size())};
 }
 
+// The same bits element by element, except that any NaN matches any NaN: CUDA's half -> float
+// conversion (cvt.f32.f16) returns the canonical NaN where the CPU keeps the sign and payload.
+// A difference names the element, both values and both bit patterns.
+inline ::testing::AssertionResult same_bits(const Tensor& gpu_result, const Tensor& cpu_result) {
+  if (gpu_result.sizes() != cpu_result.sizes() || gpu_result.dtype() != cpu_result.dtype()) {
+    return ::testing::AssertionFailure() << "shape or dtype differ";
+  }
+  const std::vector<uint8_t> a = bytes_of(gpu_result), e = bytes_of(cpu_result);
+  const std::vector<double> av = gpu_result.to(Device::cpu()).to_vector<double>();
+  const std::vector<double> ev = cpu_result.to(Device::cpu()).to_vector<double>();
+  const size_t w = gpu_result.element_size();
+  for (size_t i = 0; i < av.size(); ++i) {
+    if (std::equal(a.begin() + i * w, a.begin() + (i + 1) * w, e.begin() + i * w)) continue;
+    if (std::isnan(av[i]) && std::isnan(ev[i])) continue;
+    auto hex = [&](const std::vector<uint8_t>& b) {
+      std::string s = "0x";
+      for (size_t j = w; j-- > 0;) {
+        static const char* digits = "0123456789abcdef";
+        s += digits[b[i * w + j] >> 4];
+        s += digits[b[i * w + j] & 15];
+      }
+      return s;
+    };
+    return ::testing::AssertionFailure()
+           << "element " << i << " of " << av.size() << ": gpu " << av[i] << " (" << hex(a)
+           << ") vs cpu " << ev[i] << " (" << hex(e) << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace gradus::gpu_test

@@ -74,7 +74,7 @@ TEST(CudaRuntime, OutOfMemoryErrorExplains) {
   } catch (const OutOfMemoryError& e) {
     const std::string msg = e.what();
     for (const char* word : {"out of memory", "cuda:0", "free", "total", "allocated", "reserved",
-                             "--batch-size", "--amp", "checkpointing"}) {
+                             "--batch-size", "--amp", "--grad-checkpoint"}) {
       EXPECT_NE(msg.find(word), std::string::npos) << "missing '" << word << "' in: " << msg;
     }
   }

@@ -120,9 +120,17 @@ void* capture_graph(int device, const std::function<void()>& fn) {
 
   set_thread_stream(device, stream);
   // cuBLASLt's workspace is per stream and kept: allocate the capture stream's now, or it would
-  // be graph memory that outlives the capture.
+  // be graph memory that outlives the capture. The libraries' handles likewise: creating one
+  // allocates device memory, which a capture refuses (cudnnCreate fails with
+  // CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED), so a region whose first convolution
+  // or GEMM is inside the capture finds one waiting in the device's free list.
   try {
     gemm_workspace(device);
+    lt_handle(device);
+    { const BlasLease blas(device); }
+#if GRADUS_HAS_CUDNN
+    { const CudnnLease cudnn(device); }
+#endif
   } catch (...) {
     set_thread_stream(device, origin);  // the thread keeps the stream it had
     throw;
