@@ -247,8 +247,9 @@ struct AttentionOptions {
   std::optional<double> scale;  // default 1 / sqrt(head size)
   Generator* generator = nullptr;
 };
-// softmax(q k^T * scale [+ causal mask]) v, fused: the [Tq, Tk] scores are never materialised
-// (each thread holds one 64 x 64 tile), and backward recomputes them. q [..., Tq, D],
+// softmax(q k^T * scale [+ causal mask]) v, fused: on the CPU the [Tq, Tk] scores are never
+// materialised (each thread holds one 64 x 64 tile), and backward recomputes them; on a GPU they
+// are, through cuBLASLt, while they fit gradus::cuda::attention_scores_limit(). q [..., Tq, D],
 // k [..., Tk, D], v [..., Tk, Dv] with equal leading dims -> [..., Tq, Dv]. The dropout mask is
 // the one dropout() would draw for the [..., Tq, Tk] probabilities from the same generator state.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -148,6 +149,16 @@ void set_allow_tf32(bool allow) {
 bool allow_tf32() {
   Module* m = module();
   return m != nullptr && m->allow_tf32();
+}
+
+namespace {
+std::atomic<size_t> g_attention_scores_limit{size_t{1} << 30};
+}  // namespace
+void set_attention_scores_limit(size_t bytes) {
+  g_attention_scores_limit.store(bytes);
+}
+size_t attention_scores_limit() {
+  return g_attention_scores_limit.load();
 }
 
 StreamHandle current_stream(int device) {

@@ -187,6 +187,33 @@ TEST(BackendReduce, LargeRowColumnAndFullReductionsAreThreadIndependent) {
   }
 }
 
+// any / all over many chunks reduced by many threads at once: each chunk's partial result must
+// land (they once shared the words of a std::vector<bool>, and 16 threads lost some).
+TEST(BackendReduce, AnyAllOverManyChunksWithManyThreads) {
+  const int threads = get_num_threads();
+  set_num_threads(16);
+  const int64_t n = int64_t{1} << 21;
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  Tensor x = make({n}, uniform_values(n, seed, 1, 2), DType::f32);  // no zero anywhere
+  Tensor z = x.clone();
+  z.data_ptr<float>()[n / 2 + 12345] = 0.0f;  // one zero
+  Tensor y = make({n}, std::vector<double>(static_cast<size_t>(n), 0.0), DType::f32);
+  y.data_ptr<float>()[n - 3] = 0.5f;  // one non-zero
+  Tensor out = poisoned({1}, DType::boolean);
+  auto reduce_to_bool = [&](ReduceOp op, const Tensor& in) {
+    cpu().reduce(op, in, out, {0});
+    return *static_cast<const bool*>(out.raw_data());
+  };
+  int wrong = 0;
+  for (int rep = 0; rep < 150; ++rep) {
+    wrong += !reduce_to_bool(ReduceOp::all, x) + reduce_to_bool(ReduceOp::all, z) +
+             !reduce_to_bool(ReduceOp::any, y) + !reduce_to_bool(ReduceOp::any, z);
+  }
+  set_num_threads(threads);
+  EXPECT_EQ(wrong, 0);
+}
+
 TEST(BackendReduce, IntegerHalfAndBoolInputs) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(seed);

@@ -95,6 +95,13 @@ void empty_cache(int device = -1);
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
+// Attention on a GPU materialises the [batch x heads, Tq, Tk] scores (cuBLASLt GEMMs and a row
+// softmax: fast, O(T^2) memory) while they take at most this many bytes, the backward's two such
+// buffers counted; larger problems take the streaming kernel (O(T) memory, far slower). Default
+// 1 GiB; 0 always streams.
+void set_attention_scores_limit(size_t bytes);
+size_t attention_scores_limit();
+
 // The stream every kernel of a device runs on, and a second one for input prefetch.
 StreamHandle current_stream(int device = -1);
 StreamHandle copy_stream(int device = -1);

@@ -186,12 +186,15 @@ struct LogSumExpAcc {
 };
 template <typename V, bool kAny>
 struct AnyAllAcc {
-  using State = bool;
+  // A byte, not bool: the chunks' partial states live in a std::vector<State>, and
+  // std::vector<bool> packs them into shared words that concurrent chunks would race on (seen as
+  // a wrong `all` over 2M elements with 16 threads).
+  using State = uint8_t;
   static constexpr bool additive = false;
-  State init() const { return !kAny; }
+  State init() const { return kAny ? 0 : 1; }
   void add(State& s, V v, int64_t) const { s = kAny ? (s || v != V(0)) : (s && v != V(0)); }
   void merge(State& a, const State& b) const { a = kAny ? (a || b) : (a && b); }
-  bool finish(const State& s, int64_t) const { return s; }
+  bool finish(const State& s, int64_t) const { return s != 0; }
 };
 
 // ------------------------------------------------------------------------------------- plan
@@ -260,6 +263,7 @@ void run_reduce(const Acc& acc, const Tensor& x, const Tensor& out, const Plan& 
   const int64_t nchunks = (R + chunk - 1) / chunk;
   const int64_t tasks = groups * nchunks;
   const size_t outer_dims = plan.kept.size() - (plan.columns ? 1 : 0);
+  static_assert(!std::is_same_v<State, bool>, "std::vector<bool> would share words between chunks");
   std::vector<State> partial(nchunks > 1 ? static_cast<size_t>(tasks * width) : 0);
 
   // Locates group g: x/out offsets of its first output and how many outputs it has.

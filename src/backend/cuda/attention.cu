@@ -188,6 +188,82 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// ---------------------------------------------------------------- the materialised path
+// attention.cpp computes the scaled scores s = scale q k^T with cuBLASLt into a [batch * tq, tk]
+// buffer of the compute type C; these kernels turn each row (one warp) into probabilities and
+// back, with the streaming kernels' formulas (the same dropout elements, the same lse).
+
+// Forward: row r of s becomes the dropped-out probabilities, 0 past the causal limit, and lse[r]
+// its log-sum-exp.
+template <typename C>
+__global__ void __launch_bounds__(kWarps * 32) attention_softmax_kernel(Geometry g, C* s, C* lse) {
+  const int64_t row = warp_row();
+  if (row >= g.batch * g.tq) return;
+  const int64_t b = row / g.tq, i = row % g.tq;
+  const int lane = threadIdx.x & 31;
+  C* sr = s + row * g.tk;
+  const int64_t kend = g.causal ? min(g.tk, i + 1) : g.tk;
+  C m = -INFINITY;
+  for (int64_t j = lane; j < kend; j += 32) m = sr[j] > m ? sr[j] : m;
+  m = warp_reduce(m, [](C a, C c) { return a > c ? a : c; });
+  C l = 0;
+  for (int64_t j = lane; j < kend; j += 32) l += m_exp(sr[j] - m);
+  l = warp_sum(l);
+  const C inv = l > 0 ? C(1) / l : C(0);
+  for (int64_t j = lane; j < g.tk; j += 32) {
+    sr[j] = j < kend ? m_exp(sr[j] - m) * inv * dropout_mult<C>(g, b, i, j) : C(0);
+  }
+  if (lane == 0) lse[row] = l > 0 ? m + m_log(l) : m;
+}
+
+// Backward: row r of s becomes P = exp(s - lse[r]) (0 past the causal limit) and, where there is
+// dropout, row r of pd the dropped-out P * mask (what multiplied v).
+template <typename C>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_recompute_kernel(Geometry g, C* s, C* pd, const C* lse) {
+  const int64_t row = warp_row();
+  if (row >= g.batch * g.tq) return;
+  const int64_t b = row / g.tq, i = row % g.tq;
+  const int lane = threadIdx.x & 31;
+  C* sr = s + row * g.tk;
+  const int64_t kend = g.causal ? min(g.tk, i + 1) : g.tk;
+  const C row_lse = lse[row];
+  for (int64_t j = lane; j < g.tk; j += 32) {
+    const C p = j < kend ? m_exp(sr[j] - row_lse) : C(0);
+    sr[j] = p;
+    if (pd != nullptr) pd[row * g.tk + j] = p * dropout_mult<C>(g, b, i, j);
+  }
+}
+
+// Backward: dS = P * (dP * mask - delta[r]) in place of P, for dp = dO v^T.
+template <typename C>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_score_grad_kernel(Geometry g, C* p, const C* dp, const C* delta) {
+  const int64_t row = warp_row();
+  if (row >= g.batch * g.tq) return;
+  const int64_t b = row / g.tq, i = row % g.tq;
+  const int lane = threadIdx.x & 31;
+  C* pr = p + row * g.tk;
+  const C* dpr = dp + row * g.tk;
+  const int64_t kend = g.causal ? min(g.tk, i + 1) : g.tk;
+  const C dl = delta[row];
+  for (int64_t j = lane; j < g.tk; j += 32) {
+    pr[j] = j < kend ? pr[j] * (dpr[j] * dropout_mult<C>(g, b, i, j) - dl) : C(0);
+  }
+}
+
+template <typename Fn>
+void dispatch_compute(DType t, const char* op, Fn&& fn) {
+  switch (t) {
+    case DType::f32:
+      return fn(float{});
+    case DType::f64:
+      return fn(double{});
+    default:
+      throw DTypeError(std::string(op) + ": the scores are float32 or float64");
+  }
+}
+
 Geometry geometry(const AttentionShape& s, const AttentionArgs& a) {
   return {s.batch, s.tq,     s.tk,        s.d,  s.dv, static_cast<float>(a.scale),
           a.scale, a.causal, a.dropout_p, a.rng};
@@ -233,6 +309,58 @@ void launch_attention_backward(const AttentionShape& s, const AttentionArgs& a,
     }
   });
   GRADUS_CUDA_CHECK_LAUNCH("attention_backward");
+}
+
+void launch_attention_softmax(const AttentionShape& s, const AttentionArgs& a, void* scores,
+                              void* lse, DType compute, cudaStream_t stream) {
+  if (s.batch * s.tq == 0) return;
+  const Geometry g = geometry(s, a);
+  dispatch_compute(compute, "attention", [&](auto tag) {
+    using C = decltype(tag);
+    attention_softmax_kernel<C><<<blocks_for(s.batch * s.tq, kWarps), kWarps * 32, 0, stream>>>(
+        g, static_cast<C*>(scores), static_cast<C*>(lse));
+  });
+  GRADUS_CUDA_CHECK_LAUNCH("attention (softmax)");
+}
+
+void launch_attention_recompute(const AttentionShape& s, const AttentionArgs& a, void* scores,
+                                void* dropped, const void* lse, DType compute,
+                                cudaStream_t stream) {
+  if (s.batch * s.tq == 0) return;
+  const Geometry g = geometry(s, a);
+  dispatch_compute(compute, "attention_backward", [&](auto tag) {
+    using C = decltype(tag);
+    attention_recompute_kernel<C><<<blocks_for(s.batch * s.tq, kWarps), kWarps * 32, 0, stream>>>(
+        g, static_cast<C*>(scores), static_cast<C*>(dropped), static_cast<const C*>(lse));
+  });
+  GRADUS_CUDA_CHECK_LAUNCH("attention_backward (probabilities)");
+}
+
+void launch_attention_score_grad(const AttentionShape& s, const AttentionArgs& a, void* probs,
+                                 const void* dp, const void* delta, DType compute,
+                                 cudaStream_t stream) {
+  if (s.batch * s.tq == 0) return;
+  const Geometry g = geometry(s, a);
+  dispatch_compute(compute, "attention_backward", [&](auto tag) {
+    using C = decltype(tag);
+    attention_score_grad_kernel<C>
+        <<<blocks_for(s.batch * s.tq, kWarps), kWarps * 32, 0, stream>>>(
+            g, static_cast<C*>(probs), static_cast<const C*>(dp), static_cast<const C*>(delta));
+  });
+  GRADUS_CUDA_CHECK_LAUNCH("attention_backward (score gradient)");
+}
+
+void launch_attention_delta(const AttentionShape& s, const void* grad_out, const void* out,
+                            void* delta, DType dtype, cudaStream_t stream) {
+  if (s.batch * s.tq == 0) return;
+  const Geometry g = geometry(s, AttentionArgs{});
+  dispatch_float(dtype, "attention_backward", [&](auto tag) {
+    using T = decltype(tag);
+    attention_delta_kernel<T><<<blocks_for(s.batch * s.tq, kWarps), kWarps * 32, 0, stream>>>(
+        g, static_cast<const T*>(grad_out), static_cast<const T*>(out),
+        static_cast<compute_t<T>*>(delta));
+  });
+  GRADUS_CUDA_CHECK_LAUNCH("attention_backward (delta)");
 }
 
 }  // namespace gradus::backend::cuda

@@ -87,6 +87,21 @@ void launch_attention_backward(const AttentionShape& s, const AttentionArgs& a,
                                const void* out, const void* lse, void* delta, void* grad_q,
                                void* grad_k, void* grad_v, DType dtype, cudaStream_t stream);
 
+// The materialised path (attention.cpp): scores [batch, tq, tk] of the compute type (f32 or f64),
+// already scaled by cuBLASLt. Forward: the scores become the dropped-out probabilities and lse
+// is written. Backward: the scores become P = exp(s - lse) and `dropped` (nullable: no dropout)
+// P * mask; then P becomes dS = P * (dp * mask - delta) for dp = dO v^T.
+void launch_attention_softmax(const AttentionShape& s, const AttentionArgs& a, void* scores,
+                              void* lse, DType compute, cudaStream_t stream);
+void launch_attention_recompute(const AttentionShape& s, const AttentionArgs& a, void* scores,
+                                void* dropped, const void* lse, DType compute, cudaStream_t stream);
+void launch_attention_score_grad(const AttentionShape& s, const AttentionArgs& a, void* probs,
+                                 const void* dp, const void* delta, DType compute,
+                                 cudaStream_t stream);
+// delta[r] = dO[r] . O[r] in dtype's compute type.
+void launch_attention_delta(const AttentionShape& s, const void* grad_out, const void* out,
+                            void* delta, DType dtype, cudaStream_t stream);
+
 // ---------------------------------------------------------------------------- softmax.cu
 // Contiguous [rows, cols]; x / out / grads one dtype.
 void launch_softmax(const void* x, void* out, DType dtype, int64_t rows, int64_t cols, bool log,
