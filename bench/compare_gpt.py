@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""GPT training throughput: gradus vs PyTorch eager, same model, batch, context, threads, float32.
+"""GPT training throughput: gradus vs PyTorch, same model, batch, context, threads and dtype.
 
     python3 bench/compare_gpt.py [--gradus build/apps/gradus/gradus] [--threads 2] [--repeats 5]
-                                 [--device cpu|cuda]
+                                 [--device cpu|cuda] [--amp bf16] [--compile] [--cuda-graph]
+
+By default both sides run eager float32; --amp bf16 puts both under bf16 autocast, --compile
+runs PyTorch's model through torch.compile and --cuda-graph replays gradus's step as a CUDA graph
+(each side's fastest mode: `--amp bf16 --compile --cuda-graph` on a GPU).
 
 The model is nanoGPT's (token + position embeddings, pre-norm blocks with causal self-attention
 through F.scaled_dot_product_attention and a GELU MLP, tied head) at the CPU configuration of its
@@ -17,6 +21,7 @@ the ratios within each repeat (steadier on a machine whose speed drifts). Needs 
 import argparse
 import json
 import math
+import contextlib
 import statistics
 import subprocess
 import time
@@ -65,6 +70,8 @@ def torch_run(args):
     model = GPT(args.vocab, args.context, args.layers, args.heads, args.width).train()
     model.to(args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    forward = torch.compile(model) if args.compile else model
+    device_type = torch.device(args.device).type
     xs = [torch.randint(0, args.vocab, (args.batch, args.context), device=args.device)
           for _ in range(16)]
     ys = [torch.randint(0, args.vocab, (args.batch, args.context), device=args.device)
@@ -72,8 +79,11 @@ def torch_run(args):
     times = []
     for i in range(args.warmup + args.steps):
         t0 = time.perf_counter()
-        logits = model(xs[i % 16])
-        loss = F.cross_entropy(logits.view(-1, args.vocab), ys[i % 16].view(-1))
+        autocast = (torch.autocast(device_type=device_type, dtype=torch.bfloat16)
+                    if args.amp == "bf16" else contextlib.nullcontext())
+        with autocast:
+            logits = forward(xs[i % 16])
+            loss = F.cross_entropy(logits.view(-1, args.vocab), ys[i % 16].view(-1))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -87,7 +97,8 @@ def gradus_run(args):
     cmd = [args.gradus, "bench", "--model", "gpt", "--batch-size", str(args.batch), "--context",
            str(args.context), "--layers", str(args.layers), "--heads", str(args.heads), "--width",
            str(args.width), "--vocab-size", str(args.vocab), "--threads", str(args.threads),
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device]
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device,
+           "--amp", args.amp] + (["--cuda-graph"] if args.cuda_graph else [])
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["ms_per_step"]
 
@@ -106,6 +117,12 @@ def main():
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--vocab", type=int, default=65)
     p.add_argument("--device", default="cpu", help="cpu or cuda (both frameworks)")
+    p.add_argument("--amp", choices=["off", "bf16"], default="off",
+                   help="bf16: both sides under autocast (gradus bench --amp bf16, torch.autocast)")
+    p.add_argument("--compile", action="store_true",
+                   help="PyTorch's model through torch.compile (its warm-up steps compile)")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="gradus's step replayed as a CUDA graph (gradus bench --cuda-graph)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -119,7 +136,8 @@ def main():
     # Each repeat runs the two sides back to back: the ratio within a repeat cancels the drift of
     # a shared machine's speed between repeats, so its median is the steadier figure.
     pairs = [b / a for a, b in zip(g, t)]
-    print(json.dumps({"benchmark": "gpt_train_step", "device": args.device,
+    print(json.dumps({"benchmark": "gpt_train_step", "device": args.device, "amp": args.amp,
+                      "torch_compile": args.compile, "gradus_cuda_graph": args.cuda_graph,
                       "threads": args.threads, "batch": args.batch,
                       "context": args.context, "layers": args.layers, "width": args.width,
                       "torch": torch.__version__, "gradus_ms": round(gm, 2),

@@ -292,17 +292,10 @@ done
 grep -hE '^(model|mlp|mlp-large|cnn) |^GEMM|time ratio' "$BENCH" | head -12 | sed 's/^/  /' >>"$SUMMARY"
 sed -n 's/.*"gradus_ms": \([0-9.]*\), "torch_ms": \([0-9.]*\).*"speedup": \([0-9.]*\).*/  gpt 6x384 ctx 256: gradus \1 ms, PyTorch \2 ms, speedup \3 (> 1: gradus faster)/p' \
   "$BENCH" >>"$SUMMARY"
-# Where the GPT's step time goes: gradus alone, 6x384 at context 256 as above, as a CUDA graph and
-# under bf16 autocast, and the profiler's table of one eager step's ops (GPU times per op).
+# Each side's fastest mode for the GPT: bf16 autocast on both, torch.compile for PyTorch, a CUDA
+# graph for gradus (last of all: compiling may take long). Then where gradus's eager step goes:
+# the profiler's table of one step's ops with their GPU times.
 PROFILE=$OUT/profile.log
-for variant in "--cuda-graph" "--amp bf16"; do
-  # shellcheck disable=SC2086 # the variant is two words or one
-  stage "gpt bench $variant" 40 "$PROFILE" "$GRADUS" bench --model gpt --device cuda --batch-size 16 \
-    --context 256 --layers 6 --width 384 --heads 6 --steps 30 --repeats 3 $variant ||
-    bad "gpt bench $variant (profile.log)"
-  ms=$(grep -o '"ms_per_step":[0-9.]*' "$PROFILE" | tail -1 | cut -d: -f2)
-  note "  gpt 6x384 ctx 256, gradus $variant: ${ms:-none} ms per step"
-done
 cat "$ROOT"/README.md "$ROOT"/docs/*.md >"$B/gpt.txt"
 stage "gpt profile" 60 "$PROFILE" "$GRADUS" train --model gpt --data text --data-file "$B/gpt.txt" \
   --device cuda --batch-size 16 --context 256 --layers 6 --width 384 --heads 6 \
@@ -321,5 +314,10 @@ for model in mlp cnn; do
       bad "$model: GPU accuracy $gpu_acc vs CPU $cpu_acc"
   fi
 done
+stage "compare_gpt best modes" 150 "$BENCH" python3 "$ROOT/bench/compare_gpt.py" --gradus "$GRADUS" \
+  --device cuda --repeats 2 --steps 30 --warmup 8 --batch 16 --context 256 --layers 6 --width 384 \
+  --heads 6 --amp bf16 --compile --cuda-graph || bad "compare_gpt best modes (bench.log)"
+sed -n 's/.*"amp": "bf16".*"gradus_ms": \([0-9.]*\), "torch_ms": \([0-9.]*\).*"speedup": \([0-9.]*\).*/  gpt bf16, gradus CUDA graph vs torch.compile: gradus \1 ms, PyTorch \2 ms, speedup \3/p' \
+  "$BENCH" >>"$SUMMARY"
 rm -rf "$B"
 finish $((FAILURES > 0))

@@ -252,6 +252,22 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// delta[r] = dO[r] . O[r] over any head size (the streaming kernels' version holds the row in
+// registers, kMaxAttentionHead at most).
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_row_dot_kernel(Geometry g, const T* go, const T* o, compute_t<T>* delta) {
+  using C = compute_t<T>;
+  const int64_t row = warp_row();
+  if (row >= g.batch * g.tq) return;
+  C acc = 0;
+  for (int64_t c = threadIdx.x & 31; c < g.dv; c += 32) {
+    acc += load(go + row * g.dv + c) * load(o + row * g.dv + c);
+  }
+  acc = warp_sum(acc);
+  if ((threadIdx.x & 31) == 0) delta[row] = acc;
+}
+
 template <typename Fn>
 void dispatch_compute(DType t, const char* op, Fn&& fn) {
   switch (t) {
@@ -343,9 +359,8 @@ void launch_attention_score_grad(const AttentionShape& s, const AttentionArgs& a
   const Geometry g = geometry(s, a);
   dispatch_compute(compute, "attention_backward", [&](auto tag) {
     using C = decltype(tag);
-    attention_score_grad_kernel<C>
-        <<<blocks_for(s.batch * s.tq, kWarps), kWarps * 32, 0, stream>>>(
-            g, static_cast<C*>(probs), static_cast<const C*>(dp), static_cast<const C*>(delta));
+    attention_score_grad_kernel<C><<<blocks_for(s.batch * s.tq, kWarps), kWarps * 32, 0, stream>>>(
+        g, static_cast<C*>(probs), static_cast<const C*>(dp), static_cast<const C*>(delta));
   });
   GRADUS_CUDA_CHECK_LAUNCH("attention_backward (score gradient)");
 }
@@ -356,7 +371,7 @@ void launch_attention_delta(const AttentionShape& s, const void* grad_out, const
   const Geometry g = geometry(s, AttentionArgs{});
   dispatch_float(dtype, "attention_backward", [&](auto tag) {
     using T = decltype(tag);
-    attention_delta_kernel<T><<<blocks_for(s.batch * s.tq, kWarps), kWarps * 32, 0, stream>>>(
+    attention_row_dot_kernel<T><<<blocks_for(s.batch * s.tq, kWarps), kWarps * 32, 0, stream>>>(
         g, static_cast<const T*>(grad_out), static_cast<const T*>(out),
         static_cast<compute_t<T>*>(delta));
   });
