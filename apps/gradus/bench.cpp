@@ -14,8 +14,8 @@
 #include "gradus/gradus.h"
 #include "gradus/nn/models.h"
 #include "gradus/optim/adam.h"
+#include "gradus/train/step_graph.h"
 #include "run_monitor.h"
-#include "step_graph.h"
 #include "timing.h"
 
 namespace gradus::cli {
@@ -96,7 +96,7 @@ StepTiming time_training_step(const std::string& model_name, int64_t batch_size,
   size_t next = 0;
   // --cuda-graph: as `gradus train --cuda-graph` runs it (step_graph.h).
   if (cuda_graph) optimizer.set_capturable(true);
-  StepGraph graph(cuda_graph, kGraphWarmupSteps, "gradus bench");
+  train::StepGraph graph(cuda_graph, train::kGraphWarmupSteps, "gradus bench");
   auto train_step = [&](const Tensor& x, const Tensor& y) {
     optimizer.zero_grad(/*set_to_none=*/!cuda_graph);
     Tensor loss;
@@ -116,7 +116,7 @@ StepTiming time_training_step(const std::string& model_name, int64_t batch_size,
     return graph.run(x, y, train_step).item();  // waits for the device
   };
   // The capture itself is not timed.
-  if (cuda_graph) warmup = std::max<int>(warmup, static_cast<int>(kGraphWarmupSteps) + 2);
+  if (cuda_graph) warmup = std::max<int>(warmup, static_cast<int>(train::kGraphWarmupSteps) + 2);
   const std::vector<double> times = time_steps(
       warmup, steps, repeats, [&] { result.last_loss = step(); },
       [&] {

@@ -125,34 +125,4 @@ std::vector<std::string> check_resume_config(const std::string& stored, const st
   return notes;
 }
 
-void store_epoch_progress(io::TrainingState& s, const EpochProgress& p) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%a", p.loss_sum);  // hex float: exact
-  s.extra["epoch_loss_sum"] = buf;
-  s.extra["epoch_samples"] = std::to_string(p.samples);
-  std::snprintf(buf, sizeof buf, "%a", p.last_lr);
-  s.extra["epoch_last_lr"] = buf;
-}
-
-EpochProgress load_epoch_progress(const io::TrainingState& s) {
-  EpochProgress p;
-  auto number = [&](const char* key, double& out) {
-    auto it = s.extra.find(key);
-    if (it == s.extra.end()) return;
-    char* end = nullptr;
-    out = std::strtod(it->second.c_str(), &end);
-    GRADUS_CHECK(!it->second.empty() && *end == '\0', IOError, "train: checkpoint metadata 'extra.",
-                 key, "' is '", it->second, "', expected a number");
-  };
-  double samples = 0;
-  number("epoch_loss_sum", p.loss_sum);
-  number("epoch_samples", samples);
-  number("epoch_last_lr", p.last_lr);
-  GRADUS_CHECK(samples >= 0 && samples <= 9.0e15, IOError,
-               "train: checkpoint metadata 'extra.epoch_samples' is ", samples,
-               ", expected a non-negative count");
-  p.samples = static_cast<int64_t>(samples);
-  return p;
-}
-
 }  // namespace gradus::cli

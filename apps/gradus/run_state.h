@@ -24,15 +24,6 @@ std::string run_config_json(const TrainOptions& o, int threads, const std::strin
 std::vector<std::string> check_resume_config(const std::string& stored, const std::string& current,
                                              const std::string& checkpoint_path);
 
-// The epoch in progress: its running loss sum, examples seen and the lr of its last step (what
-// the epoch summary prints), stored exactly (hex floats) in the checkpoint's extra metadata.
-struct EpochProgress {
-  double loss_sum = 0;
-  int64_t samples = 0;
-  double last_lr = 0;
-};
-void store_epoch_progress(io::TrainingState& s, const EpochProgress& p);
-// All zero when the checkpoint has none (e.g. written by another program).
-EpochProgress load_epoch_progress(const io::TrainingState& s);
+// (The epoch in progress is train::EpochProgress, gradus/train/checkpoints.h.)
 
 }  // namespace gradus::cli

@@ -25,7 +25,6 @@
 
 #include "batch_finder.h"
 #include "commands.h"
-#include "deferred_losses.h"
 #include "evaluation.h"
 #include "gradus/core/cuda.h"
 #include "gradus/core/determinism.h"
@@ -39,7 +38,6 @@
 #include "progress.h"
 #include "run_monitor.h"
 #include "run_state.h"
-#include "step_graph.h"
 #include "timing.h"
 #include "train_augment.h"
 #include "train_checkpoints.h"
@@ -239,7 +237,8 @@ int run_train_images(const TrainOptions& options) {
   const StartPoint start = find_start(o, config, *model, scaler, optimizer, scheduler.get());
   // A replayed step reads its learning rate and step count from the device.
   if (o.cuda_graph) optimizer.set_capturable(true);
-  Checkpointer checkpoints(o, *model, optimizer, scheduler.get(), scaler, config, lead);
+  Checkpointer checkpoints(checkpoint_options(o), *model, optimizer, scheduler.get(), scaler,
+                           config, lead);
   if (!start.path.empty()) checkpoints.loaded(start.step, start.position, start.path);
   if (checkpoints.enabled()) install_stop_handlers();
 
@@ -349,10 +348,10 @@ int run_train_images(const TrainOptions& options) {
         stop(next, progress, "--stop-after-steps");
         return 0;
       }
-      if (g_stop_signal != 0) {
-        const int sig = g_stop_signal;
+      if (train::stop_signal() != 0) {
+        const int sig = train::stop_signal();
         losses.flush(account);
-        stop(next, progress, sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM");
+        stop(next, progress, train::stop_signal_name(sig));
         return 128 + sig;
       }
       bar.set_data_wait(train_loader.stats().wait_seconds);

@@ -14,7 +14,6 @@
 #include <sstream>
 
 #include "commands.h"
-#include "deferred_losses.h"
 #include "evaluation.h"
 #include "gradus/core/cuda.h"
 #include "gradus/core/determinism.h"
@@ -25,7 +24,6 @@
 #include "profile_cmd.h"
 #include "run_monitor.h"
 #include "run_state.h"
-#include "step_graph.h"
 #include "timing.h"
 #include "train_checkpoints.h"
 #include "train_outputs.h"
@@ -257,7 +255,8 @@ int run_train_lm(const TrainOptions& o) {
   if (!lead) std::freopen("/dev/null", "w", stdout);  // one voice: rank 0 reports
   const StartPoint start =
       find_start(run, run_config, *model, no_scaling, optimizer, /*scheduler=*/nullptr);
-  Checkpointer checkpoints(run, *model, optimizer, nullptr, no_scaling, run_config, lead);
+  Checkpointer checkpoints(checkpoint_options(run), *model, optimizer, nullptr, no_scaling,
+                           run_config, lead);
   if (!start.path.empty()) checkpoints.loaded(start.step, start.position, start.path);
   if (checkpoints.enabled()) install_stop_handlers();
   int64_t step = start.step;
@@ -339,7 +338,7 @@ int run_train_lm(const TrainOptions& o) {
     const bool eval_now = (step + 1) % run.eval_every == 0 || last;
     const bool checkpoint_now = run.checkpoint_every > 0 && (step + 1) % run.checkpoint_every == 0;
     const bool stopping =
-        (run.stop_after_steps > 0 && step + 1 >= run.stop_after_steps) || g_stop_signal != 0;
+        (run.stop_after_steps > 0 && step + 1 >= run.stop_after_steps) || train::stop_signal() != 0;
     if (losses.due() || eval_now || checkpoint_now || stopping) losses.flush(account);
     if (eval_now) {
       const double seconds = ms_since(window_start) / 1e3;
@@ -371,12 +370,12 @@ int run_train_lm(const TrainOptions& o) {
     if (checkpoint_now) checkpoints.save(step + 1, position_after(step + 1), {});
     if (stopping) {
       ++step;
-      const int sig = g_stop_signal;
+      const int sig = train::stop_signal();
       if (sig == 0) {
         stop("--stop-after-steps");
         return 0;
       }
-      stop(sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM");
+      stop(train::stop_signal_name(sig));
       return 128 + sig;
     }
   }

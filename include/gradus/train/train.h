@@ -4,3 +4,4 @@
 #pragma once
 
 #include "gradus/train/strategy.h"
+#include "gradus/train/trainer.h"

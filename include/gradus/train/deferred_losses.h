@@ -9,9 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "gradus/gradus.h"
+#include "gradus/core/tensor.h"
+#include "gradus/ops.h"
 
-namespace gradus::cli {
+namespace gradus::train {
 
 struct StepLoss {
   int64_t step = 0;
@@ -53,4 +54,4 @@ class DeferredLosses {
   std::vector<StepLoss> pending_;
 };
 
-}  // namespace gradus::cli
+}  // namespace gradus::train

@@ -1,10 +1,13 @@
-#include "step_graph.h"
+#include "gradus/train/step_graph.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <utility>
 
-namespace gradus::cli {
+#include "gradus/autograd.h"
+#include "gradus/ops.h"
+
+namespace gradus::train {
 
 StepGraph::StepGraph(bool enabled, int64_t warmup_steps, std::string who)
     : enabled_(enabled), warmup_(std::max<int64_t>(warmup_steps, 1)), who_(std::move(who)) {}
@@ -70,4 +73,4 @@ bool StepGraph::capture(const Tensor& input, const Tensor& target, const Step& s
   return true;
 }
 
-}  // namespace gradus::cli
+}  // namespace gradus::train

@@ -18,9 +18,9 @@
 #include <string>
 
 #include "gradus/core/cuda.h"
-#include "gradus/gradus.h"
+#include "gradus/core/tensor.h"
 
-namespace gradus::cli {
+namespace gradus::train {
 
 // Eager steps before --cuda-graph captures one: gradients, optimizer state and library workspaces
 // exist by then, and cuDNN has picked its algorithms.
@@ -56,4 +56,4 @@ class StepGraph {
   Tensor input_, target_, loss_;  // the graph's static buffers
 };
 
-}  // namespace gradus::cli
+}  // namespace gradus::train

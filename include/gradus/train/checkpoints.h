@@ -1,0 +1,114 @@
+// Checkpoints of a training run: the writer, where a run starts (resume from the newest good
+// checkpoint), the stop signals that end a run with a checkpoint, and the per-step agreement of
+// a data-parallel run's ranks. The Trainer uses these; so does a hand-written loop.
+#pragma once
+
+#include <csignal>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gradus/amp/grad_scaler.h"
+#include "gradus/data/dataloader.h"
+#include "gradus/dist/dist.h"
+#include "gradus/io/checkpoint.h"
+#include "gradus/nn/module.h"
+#include "gradus/optim/optim.h"
+
+namespace gradus::train {
+
+// SIGINT/SIGTERM/SIGHUP while checkpointing is on: the loop finishes its step, writes a
+// checkpoint and exits with 128 + the signal. install_stop_handlers() routes the signals to
+// stop_signal(); a second Ctrl-C ends the process at once.
+void install_stop_handlers();
+// The signal that asked the run to stop (0: none).
+int stop_signal();
+void request_stop(int signal);
+// "SIGINT", "SIGTERM" or "SIGHUP".
+const char* stop_signal_name(int signal);
+
+// After a step of a data-parallel run (collective over the data ranks): the global batch's loss,
+// the mean of the ranks' shares, and a stop request on any rank made every rank's, so all ranks
+// stop after this same step. A read and one exchange every step.
+double agree_on_step(dist::ProcessGroup& group, const Tensor& loss);
+
+// The epoch in progress: its running loss sum, examples seen and the lr of its last step (what an
+// epoch summary prints), stored exactly (hex floats) in the checkpoint's extra metadata.
+struct EpochProgress {
+  double loss_sum = 0;
+  int64_t samples = 0;
+  double last_lr = 0;
+};
+void store_epoch_progress(io::TrainingState& s, const EpochProgress& p);
+// All zero when the checkpoint has none (e.g. written by another program).
+EpochProgress load_epoch_progress(const io::TrainingState& s);
+
+struct CheckpointOptions {
+  std::string dir;  // "" = no checkpoints
+  int keep = 3;     // newest complete checkpoints kept (0 = all)
+  // Continue from the newest good checkpoint in `dir` (without it a non-empty `dir` is an
+  // error: two runs must not mix their checkpoints).
+  bool resume = false;
+  // With resume: when every checkpoint is damaged, start at step 0 instead of failing.
+  bool resume_or_start = false;
+  std::string who = "train";  // prefixes the messages
+};
+
+// Writes the checkpoints of one run; skips a save that would repeat the last one exactly.
+// `writer` is false on every rank but the one that writes for the world (all ranks call save():
+// a sharded optimizer's state_dict() is a collective).
+class Checkpointer {
+ public:
+  Checkpointer(CheckpointOptions options, nn::Module& model, optim::Optimizer& optimizer,
+               optim::LRScheduler* scheduler, const amp::GradScaler& scaler, std::string config,
+               bool writer);
+
+  bool enabled() const { return !options_.dir.empty(); }
+
+  // The state after `step` optimizer steps, with the loader at `next` (the next batch to train
+  // on) and the running loss of the epoch in progress. Returns the file written ("" if none).
+  std::string save(int64_t step, data::LoaderPosition next, const EpochProgress& progress);
+
+  // Marks the state a resume loaded as already saved.
+  void loaded(int64_t step, data::LoaderPosition position, std::string path);
+
+ private:
+  CheckpointOptions options_;
+  nn::Module& model_;
+  optim::Optimizer& optimizer_;
+  optim::LRScheduler* scheduler_;
+  const amp::GradScaler& scaler_;
+  std::string config_;
+  bool writer_;
+  int64_t last_step_ = -1;
+  data::LoaderPosition last_position_{-1, -1};
+  std::string last_path_;
+};
+
+// Where a run starts: from scratch, or from the newest good checkpoint.
+struct StartPoint {
+  int64_t step = 0;
+  data::LoaderPosition position;
+  EpochProgress progress;
+  std::string path;  // the checkpoint resumed from ("" = from scratch)
+};
+
+// Compares a checkpoint's stored configuration with this run's: throws on a difference that
+// changes the computation, returns notes (printed as warnings) for the others.
+using ConfigCheck = std::function<std::vector<std::string>(
+    const std::string& stored, const std::string& current, const std::string& checkpoint_path)>;
+// The default check: a note when the two differ at all.
+std::vector<std::string> note_config_difference(const std::string& stored,
+                                                const std::string& current,
+                                                const std::string& checkpoint_path);
+
+// With options.resume: the newest good checkpoint's state loaded into model, optimizer,
+// scheduler and scaler (and the RNG), stale temp files of killed writers removed, old
+// checkpoints pruned to options.keep. Without: step 0, refusing a directory that holds a run.
+StartPoint find_start(const CheckpointOptions& options, const std::string& config,
+                      nn::Module& model, amp::GradScaler& scaler, optim::Optimizer& optimizer,
+                      optim::LRScheduler* scheduler,
+                      const ConfigCheck& check_config = note_config_difference);
+
+}  // namespace gradus::train

@@ -1,0 +1,240 @@
+#include "gradus/train/checkpoints.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+
+#include "gradus/io/io.h"
+
+namespace gradus::train {
+
+namespace {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+}
+
+// Temp files "<ckpt>.tmp.<pid>" left by a writer that was killed mid-write (AtomicFile never
+// renamed them). Only files of processes that no longer exist are removed.
+int remove_stale_temp_files(const std::string& dir) {
+  namespace fs = std::filesystem;
+  int removed = 0;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!io::is_atomic_temp_name(name)) continue;
+    const long pid = std::strtol(name.substr(name.rfind('.') + 1).c_str(), nullptr, 10);
+    if (pid <= 0 || pid == static_cast<long>(::getpid())) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // still running
+    std::error_code ec2;
+    if (fs::remove(e.path(), ec2)) ++removed;
+  }
+  return removed;
+}
+
+// Whether `path` is a complete gradus checkpoint (its header validates against the file size).
+bool is_complete_checkpoint(const std::string& path) {
+  try {
+    const io::SafetensorsHeader h = io::read_safetensors_header(path);
+    auto it = h.metadata.find("format");
+    return it != h.metadata.end() && it->second == "gradus.checkpoint";
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Applies --keep-checkpoints on resume: a process killed between writing a checkpoint and
+// deleting the oldest one leaves one extra; without this, repeated kills would accumulate them.
+// Like save_checkpoint, files that fail validation are left alone for inspection.
+void prune_checkpoints(const std::string& dir, int keep) {
+  if (keep <= 0) return;
+  const auto all = io::list_checkpoints(dir);
+  int kept = 0;
+  bool removed = false;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (!is_complete_checkpoint(it->second)) continue;
+    if (++kept <= keep) continue;
+    if (::unlink(it->second.c_str()) == 0) removed = true;
+  }
+  if (removed) io::fsync_directory(dir);
+}
+
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;  // a second Ctrl-C ends the process at once
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);  // the terminal closed: same as SIGTERM
+}
+
+int stop_signal() {
+  return g_stop_signal;
+}
+
+void request_stop(int signal) {
+  g_stop_signal = signal;
+}
+
+const char* stop_signal_name(int signal) {
+  return signal == SIGINT ? "SIGINT" : signal == SIGHUP ? "SIGHUP" : "SIGTERM";
+}
+
+double agree_on_step(dist::ProcessGroup& group, const Tensor& loss) {
+  Tensor shared =
+      tensor({loss.item(), static_cast<double>(g_stop_signal)}, {2}, {.dtype = DType::f64});
+  group.all_reduce(shared, dist::ReduceOp::sum, "loss")->wait();
+  const std::vector<double> v = shared.to_vector<double>();
+  if (v[1] != 0 && g_stop_signal == 0) g_stop_signal = SIGTERM;
+  return v[0] / group.size();
+}
+
+void store_epoch_progress(io::TrainingState& s, const EpochProgress& p) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%a", p.loss_sum);  // hex float: exact
+  s.extra["epoch_loss_sum"] = buf;
+  s.extra["epoch_samples"] = std::to_string(p.samples);
+  std::snprintf(buf, sizeof buf, "%a", p.last_lr);
+  s.extra["epoch_last_lr"] = buf;
+}
+
+EpochProgress load_epoch_progress(const io::TrainingState& s) {
+  EpochProgress p;
+  auto number = [&](const char* key, double& out) {
+    auto it = s.extra.find(key);
+    if (it == s.extra.end()) return;
+    char* end = nullptr;
+    out = std::strtod(it->second.c_str(), &end);
+    GRADUS_CHECK(!it->second.empty() && *end == '\0', IOError, "train: checkpoint metadata 'extra.",
+                 key, "' is '", it->second, "', expected a number");
+  };
+  double samples = 0;
+  number("epoch_loss_sum", p.loss_sum);
+  number("epoch_samples", samples);
+  number("epoch_last_lr", p.last_lr);
+  GRADUS_CHECK(samples >= 0 && samples <= 9.0e15, IOError,
+               "train: checkpoint metadata 'extra.epoch_samples' is ", samples,
+               ", expected a non-negative count");
+  p.samples = static_cast<int64_t>(samples);
+  return p;
+}
+
+Checkpointer::Checkpointer(CheckpointOptions options, nn::Module& model,
+                           optim::Optimizer& optimizer, optim::LRScheduler* scheduler,
+                           const amp::GradScaler& scaler, std::string config, bool writer)
+    : options_(std::move(options)),
+      model_(model),
+      optimizer_(optimizer),
+      scheduler_(scheduler),
+      scaler_(scaler),
+      config_(std::move(config)),
+      writer_(writer) {}
+
+std::string Checkpointer::save(int64_t step, data::LoaderPosition next,
+                               const EpochProgress& progress) {
+  if (!enabled()) return {};
+  if (step == last_step_ && next == last_position_) return last_path_;
+  // A sharded optimizer's state_dict() gathers (a collective: every rank is here) the state one
+  // unsharded optimizer would have, so the checkpoint resumes at any world size.
+  io::TrainingState s = io::capture_training_state(model_, &optimizer_, step, scheduler_);
+  if (scaler_.is_enabled()) s.scaler = scaler_.state_dict();
+  last_step_ = step;
+  last_position_ = next;
+  if (!writer_) return {};  // one rank writes for the world
+  s.epoch = next.epoch;
+  s.batch_index = next.batch;
+  s.config = config_;
+  store_epoch_progress(s, progress);
+  last_path_ = io::save_checkpoint(options_.dir, step, s, options_.keep);
+  return last_path_;
+}
+
+void Checkpointer::loaded(int64_t step, data::LoaderPosition position, std::string path) {
+  last_step_ = step;
+  last_position_ = position;
+  last_path_ = std::move(path);
+}
+
+std::vector<std::string> note_config_difference(const std::string& stored,
+                                                const std::string& current,
+                                                const std::string& checkpoint_path) {
+  if (stored.empty() || stored == current) return {};
+  return {"the configuration stored in " + checkpoint_path + " differs from this run's"};
+}
+
+StartPoint find_start(const CheckpointOptions& o, const std::string& config, nn::Module& model,
+                      amp::GradScaler& scaler, optim::Optimizer& optimizer,
+                      optim::LRScheduler* scheduler, const ConfigCheck& check_config) {
+  const char* who = o.who.c_str();
+  StartPoint start;
+  if (o.dir.empty()) return start;
+  const auto all = io::list_checkpoints(o.dir);
+  if (!o.resume) {
+    GRADUS_CHECK(all.empty(), ValueError, who, ": the checkpoint directory '", o.dir,
+                 "' already holds ", all.size(),
+                 " checkpoint(s) of a run (newest: ", all.empty() ? "" : all.back().second,
+                 "); pass --resume to continue that run, or choose an empty --checkpoint-dir");
+    return start;
+  }
+  const int stale = dist::rank() == 0 ? remove_stale_temp_files(o.dir) : 0;
+  if (stale > 0) {
+    std::fprintf(stderr, "%s: removed %d temp file(s) of interrupted checkpoint writes\n", who,
+                 stale);
+  }
+  // The newest checkpoint that loads and verifies (checksums, metadata, finite values); newer
+  // ones that do not are named and skipped.
+  std::optional<io::GoodCheckpoint> good;
+  try {
+    good = io::latest_good_checkpoint(o.dir);
+  } catch (const io::UnusableCheckpointsError& e) {
+    if (!o.resume_or_start) {
+      throw IOError(std::string(who) + ": --resume: " + e.what() +
+                    "\nInspect them with `gradus inspect FILE`; pass --resume-or-start to start "
+                    "from step 0 anyway (the damaged files are kept)");
+    }
+    std::fprintf(stderr, "%s: --resume-or-start: %s\n%s: starting at step 0\n", who, e.what(), who);
+    return start;
+  }
+  if (!good) {
+    std::fprintf(stderr, "%s: --resume: no checkpoint in '%s' yet; starting at step 0\n", who,
+                 o.dir.c_str());
+    return start;
+  }
+  for (const auto& [path, why] : good->skipped) {
+    std::fprintf(stderr, "%s: --resume: skipping %s: %s\n", who, path.c_str(), why.c_str());
+  }
+  if (!good->skipped.empty()) {
+    std::fprintf(stderr, "%s: --resume: falling back to %s, the newest good checkpoint\n", who,
+                 good->path.c_str());
+  }
+  const std::optional<std::string> latest = good->path;
+  const io::TrainingState& state = good->state;
+  for (const std::string& note : check_config(state.config, config, *latest)) {
+    std::fprintf(stderr, "%s: warning: %s\n", who, note.c_str());
+  }
+  // (A sharded optimizer takes this rank's shard of the whole state.)
+  io::restore_training_state(state, model, &optimizer, scheduler, /*restore_rng=*/true);
+  if (scaler.is_enabled() && !state.scaler.empty()) scaler.load_state_dict(state.scaler);
+  if (dist::rank() == 0) prune_checkpoints(o.dir, o.keep);
+  start.step = state.step;
+  start.position = {state.epoch, state.batch_index};
+  start.progress = load_epoch_progress(state);
+  start.path = *latest;
+  std::fprintf(stderr, "%s: resuming from %s (step %lld, epoch %lld, batch %lld)\n", who,
+               latest->c_str(), static_cast<long long>(start.step),
+               static_cast<long long>(start.position.epoch + 1),
+               static_cast<long long>(start.position.batch));
+  return start;
+}
+
+}  // namespace gradus::train

@@ -1,0 +1,214 @@
+#include "gradus/train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "gradus/amp/autocast.h"
+#include "gradus/autograd.h"
+#include "gradus/data/dataset.h"
+#include "gradus/ops.h"
+#include "gradus/train/deferred_losses.h"
+#include "gradus/train/step_graph.h"
+
+namespace gradus::train {
+
+// ------------------------------------------------------------------------- classification
+ClassificationTask::ClassificationTask(std::shared_ptr<data::Dataset> held_out,
+                                       int64_t eval_batch_size)
+    : held_out_(std::move(held_out)), eval_batch_size_(std::max<int64_t>(eval_batch_size, 1)) {}
+
+Tensor ClassificationTask::loss(nn::Module& model, const data::Example& batch) {
+  return cross_entropy(model(batch.input), batch.target);
+}
+
+std::map<std::string, double> ClassificationTask::evaluate(nn::Module& model) {
+  if (held_out_ == nullptr || held_out_->size() == 0) return {};
+  const Device device = model.parameters().empty() ? Device::cpu() : model.parameters()[0].device();
+  double loss_sum = 0, correct = 0;
+  const int64_t n = held_out_->size();
+  for (int64_t begin = 0; begin < n; begin += eval_batch_size_) {
+    std::vector<int64_t> indices(static_cast<size_t>(std::min(eval_batch_size_, n - begin)));
+    for (size_t i = 0; i < indices.size(); ++i) indices[i] = begin + static_cast<int64_t>(i);
+    const data::Example batch = held_out_->get_batch(indices);
+    const Tensor input = batch.input.to(device), target = batch.target.to(device);
+    const Tensor logits = model(input);
+    const auto count = static_cast<double>(indices.size());
+    loss_sum += cross_entropy(logits, target).item() * count;
+    correct += sum(eq(argmax(logits, -1), target.to(DType::i64))).item();
+  }
+  return {{"loss", loss_sum / static_cast<double>(n)},
+          {"accuracy", correct / static_cast<double>(n)}};
+}
+
+// ------------------------------------------------------------------------------ trainer
+Trainer::Trainer(std::shared_ptr<nn::Module> model, const OptimizerFactory& make_optimizer,
+                 std::shared_ptr<Task> task, TrainerOptions options,
+                 std::unique_ptr<Strategy> strategy)
+    : task_(std::move(task)),
+      options_(std::move(options)),
+      strategy_(strategy != nullptr ? std::move(strategy) : make_strategy("local")),
+      scaler_({.enabled = options_.amp == DType::f16}) {
+  const char* who = options_.who.c_str();
+  GRADUS_CHECK(model != nullptr && task_ != nullptr, ValueError, who,
+               ": a Trainer needs a model and a Task");
+  GRADUS_CHECK(options_.epochs >= 1, ValueError, who, ": epochs must be >= 1, got ",
+               options_.epochs);
+  GRADUS_CHECK(!options_.amp || *options_.amp == DType::bf16 || *options_.amp == DType::f16,
+               ValueError, who, ": amp is bf16 or f16, got ", dtype_name(*options_.amp));
+  GRADUS_CHECK(std::isfinite(options_.max_grad_norm) && options_.max_grad_norm >= 0, ValueError,
+               who, ": max_grad_norm must be finite and >= 0, got ", options_.max_grad_norm);
+  GRADUS_CHECK(!scaler_.is_enabled() || strategy_->caps().loss_scaling, ValueError, who,
+               ": f16 loss scaling needs gradients averaged before the step, which the '",
+               strategy_->name(), "' strategy does not give (use ddp, or bf16 autocast)");
+  GRADUS_CHECK(!options_.cuda_graph || strategy_->caps().graph_capture, ValueError, who,
+               ": a CUDA-graph step is not supported by the '", strategy_->name(),
+               "' strategy (each step exchanges values through the host)");
+  GRADUS_CHECK(!options_.cuda_graph || !scaler_.is_enabled(), ValueError, who,
+               ": a CUDA-graph step cannot use f16 loss scaling (the scaler decides on the host "
+               "whether to skip each step; bf16 needs no scaler)");
+  strategy_->setup(std::move(model), make_optimizer);
+}
+
+Trainer::~Trainer() = default;
+
+Tensor Trainer::train_step(const Tensor& input, const Tensor& target) {
+  optim::Optimizer& opt = strategy_->optimizer();
+  // A graph's gradients must stay where the capture found them: zeroed in place.
+  opt.zero_grad(/*set_to_none=*/!options_.cuda_graph);
+  strategy_->before_forward();
+  Tensor loss;
+  {
+    amp::Autocast autocast(options_.amp.value_or(DType::bf16), options_.amp.has_value());
+    loss = task_->loss(strategy_->module(), data::Example{input, target});
+  }
+  scaler_.scale(loss).backward();  // the loss itself unless f16 loss scaling is on
+  strategy_->step(scaler_, options_.max_grad_norm);
+  scaler_.update();
+  return loss;
+}
+
+FitResult Trainer::fit(data::DataLoader& loader) {
+  using Clock = std::chrono::steady_clock;
+  const char* who = options_.who.c_str();
+  dist::ProcessGroup& group = strategy_->group();
+  const bool writer = group.rank() == 0;
+  const int64_t steps_per_epoch = loader.size();
+  GRADUS_CHECK(steps_per_epoch > 0, ValueError, who,
+               ": the data loader yields no batch (dataset of ", loader.dataset().size(),
+               " examples, batch size ", loader.options().batch_size, ")");
+  const std::vector<Tensor> params = model().parameters();
+  const Device device = params.empty() ? Device::cpu() : params[0].device();
+  GRADUS_CHECK(!options_.cuda_graph || device.is_cuda(), ValueError, who,
+               ": a CUDA-graph step needs the model on a CUDA device; it is on ", device.str());
+  if (options_.scheduler && scheduler_ == nullptr) {
+    scheduler_ =
+        options_.scheduler(optimizer(), steps_per_epoch * options_.epochs, steps_per_epoch);
+  }
+  CheckpointOptions ckpt = options_.checkpoints;
+  if (ckpt.who == "train") ckpt.who = options_.who;
+  const StartPoint start = find_start(ckpt, options_.config, model(), scaler_, optimizer(),
+                                      scheduler_.get(), options_.check_config);
+  // A replayed step reads its learning rate and step count from the device.
+  if (options_.cuda_graph) optimizer().set_capturable(true);
+  Checkpointer checkpoints(ckpt, model(), optimizer(), scheduler_.get(), scaler_, options_.config,
+                           writer);
+  if (!start.path.empty()) checkpoints.loaded(start.step, start.position, start.path);
+  if (checkpoints.enabled()) install_stop_handlers();
+
+  FitResult result;
+  int64_t step = start.step;
+  auto stop = [&](data::LoaderPosition next, const EpochProgress& progress, int signal) {
+    result.checkpoint = checkpoints.save(step, next, progress);
+    result.stopped = true;
+    result.stop_signal = signal;
+    result.steps = step;
+  };
+  if (options_.stop_after_steps > 0 && step >= options_.stop_after_steps) {
+    stop(start.position, start.progress, 0);
+    return result;
+  }
+  const bool data_parallel = group.size() > 1;
+  StepGraph graph(options_.cuda_graph, kGraphWarmupSteps, options_.who);
+  const StepGraph::Step one_step = [this](const Tensor& input, const Tensor& target) {
+    return train_step(input, target);
+  };
+  for (int64_t epoch = start.position.epoch; epoch < options_.epochs; ++epoch) {
+    const bool resumed_epoch = epoch == start.position.epoch;
+    loader.set_position(resumed_epoch ? start.position : data::LoaderPosition{epoch, 0});
+    // Sums over the epoch's examples (restored mid-epoch, so a resumed run reports the same).
+    EpochProgress progress = resumed_epoch ? start.progress : EpochProgress{};
+    int64_t examples_here = 0;
+    const Clock::time_point t0 = Clock::now();
+    auto account = [&](const StepLoss& s, double value) {
+      GRADUS_CHECK(std::isfinite(value), ValueError, who, ": the loss became ", value, " at step ",
+                   s.step, " (epoch ", epoch + 1, ", learning rate ", s.lr,
+                   "): training diverged; lower the learning rate or warm it up");
+      progress.loss_sum += value * static_cast<double>(s.samples);
+      progress.samples += s.samples;
+      progress.last_lr = s.lr;
+      if (on_step) on_step({s.step, epoch, value, s.lr, s.samples});
+    };
+    DeferredLosses losses(device, options_.read_loss_every);
+    for (data::Example& batch : loader) {
+      const double lr = optimizer().lr();
+      const Tensor loss = graph.run(batch.input, batch.target, one_step);
+      if (scheduler_) scheduler_->step();
+      ++step;
+      const data::LoaderPosition next = loader.position();
+      // The global batch (each data rank holds an equal slice of it).
+      const int64_t n = task_->examples(batch) * group.size();
+      examples_here += n;
+      if (data_parallel) {
+        account({step, lr, n, Tensor()}, agree_on_step(group, loss));
+      } else {
+        losses.add({step, lr, n, loss.detach()});
+        if (losses.due()) losses.flush(account);
+      }
+      if (options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0) {
+        losses.flush(account);  // the checkpoint holds the epoch's loss sum so far
+        result.checkpoint = checkpoints.save(step, next, progress);
+      }
+      if (options_.stop_after_steps > 0 && step >= options_.stop_after_steps) {
+        losses.flush(account);
+        stop(next, progress, 0);
+        return result;
+      }
+      if (stop_signal() != 0) {
+        losses.flush(account);
+        stop(next, progress, stop_signal());
+        return result;
+      }
+    }
+    losses.flush(account);
+    EpochReport report;
+    report.epoch = epoch;
+    report.step = step;
+    report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    report.train_loss =
+        progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.samples, 1));
+    report.lr = progress.samples > 0 ? progress.last_lr : optimizer().lr();
+    report.examples_per_s = static_cast<double>(examples_here) / std::max(report.seconds, 1e-9);
+    {
+      NoGradGuard no_grad;
+      amp::Autocast autocast(options_.amp.value_or(DType::bf16), options_.amp.has_value());
+      model().eval();
+      report.eval = task_->evaluate(model());
+      model().train();
+    }
+    result.last_epoch = report;
+    if (on_epoch) on_epoch(report);
+    if (options_.checkpoint_every == 0)
+      result.checkpoint = checkpoints.save(step, {epoch + 1, 0}, {});
+  }
+  // The final state (resuming a finished run finds nothing left to do).
+  const std::string last =
+      checkpoints.save(step, {std::max(options_.epochs, start.position.epoch), 0}, {});
+  if (!last.empty()) result.checkpoint = last;
+  result.steps = step;
+  return result;
+}
+
+}  // namespace gradus::train
