@@ -1,0 +1,227 @@
+// The library's training loop (gradus/train/trainer.h) against a hand-written loop over the same
+// model, data and optimizer, and its checkpoints: a run stopped after some steps and resumed ends
+// bitwise where the uninterrupted run ends; bad configurations are refused by name.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "gradus/gradus.h"
+#include "gradus/optim/scheduler.h"
+#include "gradus/train/train.h"
+#include "support/test_util.h"
+
+namespace gradus {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::fresh_seed;
+using testing::random_tensor;
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() /
+                  ("gradus_trainer_" + std::to_string(::getpid()) + "_" +
+                   std::to_string(fresh_seed() % 1000000));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::shared_ptr<data::TensorDataset> make_data(uint64_t seed, int64_t n) {
+  const Tensor x = random_tensor({n, 12}, seed, -2, 2, DType::f32);
+  // Labels that depend on the inputs, so the loss can fall.
+  const Tensor y = argmax(matmul(x, random_tensor({12, 4}, seed + 1, -1, 1, DType::f32)), -1);
+  return std::make_shared<data::TensorDataset>(x, y);
+}
+
+std::shared_ptr<nn::Module> make_model(uint64_t seed) {
+  manual_seed(seed);
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(12, 32), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(32, 4)});
+}
+
+std::unique_ptr<optim::Optimizer> make_sgd(std::vector<Tensor> p) {
+  return std::make_unique<optim::SGD>(std::move(p), optim::SGDOptions{.lr = 0.2, .momentum = 0.9});
+}
+
+train::TrainerOptions options(int64_t epochs) {
+  train::TrainerOptions o;
+  o.epochs = epochs;
+  o.max_grad_norm = 0.5;  // bites: the gradients' norm starts above it
+  o.scheduler = [](optim::Optimizer& opt, int64_t, int64_t) {
+    return std::make_shared<optim::StepLR>(opt, 7, 0.5);
+  };
+  return o;
+}
+
+data::DataLoader make_loader(std::shared_ptr<data::TensorDataset> d, uint64_t seed) {
+  return data::DataLoader(d, {.batch_size = 16, .shuffle = true, .seed = seed});
+}
+
+bool same_weights(nn::Module& a, nn::Module& b) {
+  const auto pa = a.parameters(), pb = b.parameters();
+  if (pa.size() != pb.size()) return false;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    if (!testing::all_close(pa[i], pb[i], 0, 0)) return false;
+  }
+  return true;
+}
+
+TEST(Trainer, MatchesAHandWrittenLoopBitwise) {
+  const uint64_t seed = fresh_seed();
+  const auto data = make_data(seed, 100);  // 7 batches per epoch, the last one short
+  auto model = make_model(seed);
+  train::Trainer trainer(model, make_sgd, std::make_shared<train::ClassificationTask>(data),
+                         options(3));
+  std::vector<double> losses;
+  int epochs_seen = 0;
+  trainer.on_step = [&](const train::StepReport& r) {
+    EXPECT_EQ(r.step, static_cast<int64_t>(losses.size()) + 1);
+    losses.push_back(r.loss);
+  };
+  trainer.on_epoch = [&](const train::EpochReport& r) {
+    EXPECT_EQ(r.epoch, epochs_seen++);
+    EXPECT_TRUE(r.eval.count("accuracy") == 1 && r.eval.count("loss") == 1);
+  };
+  data::DataLoader loader = make_loader(data, seed);
+  const train::FitResult result = trainer.fit(loader);
+  EXPECT_EQ(result.steps, 21);
+  EXPECT_FALSE(result.stopped);
+  EXPECT_EQ(epochs_seen, 3);
+  ASSERT_EQ(losses.size(), 21u);
+  EXPECT_LT(result.last_epoch->train_loss, losses.front());  // it learned
+
+  // The same training written out by hand.
+  auto ref = make_model(seed);
+  auto opt = make_sgd(ref->parameters());
+  optim::StepLR sched(*opt, 7, 0.5);
+  data::DataLoader ref_loader = make_loader(data, seed);
+  int64_t step = 0;
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    ref_loader.set_epoch(epoch);
+    for (data::Example& b : ref_loader) {
+      opt->zero_grad();
+      const Tensor loss = cross_entropy((*ref)(b.input), b.target);
+      loss.backward();
+      const double norm = optim::clip_grad_norm(ref->trainable_parameters(), 0.5).item();
+      if (step < 3) {
+        EXPECT_GT(norm, 0.5) << "the clipping did not bite at step " << step;
+      }
+      opt->step();
+      sched.step();
+      EXPECT_EQ(loss.item(), losses[static_cast<size_t>(step)]) << "step " << step;
+      ++step;
+    }
+  }
+  EXPECT_TRUE(same_weights(*model, *ref));
+}
+
+TEST(Trainer, StoppedAndResumedEndsWhereTheUninterruptedRunEnds) {
+  const uint64_t seed = fresh_seed();
+  const auto data = make_data(seed, 100);
+  TempDir dir;
+  auto with_checkpoints = [&](bool resume, int64_t stop_after) {
+    train::TrainerOptions o = options(3);
+    o.checkpoints = {.dir = dir.path.string(), .keep = 2, .resume = resume};
+    o.stop_after_steps = stop_after;
+    o.config = R"({"model": "mlp12"})";
+    return o;
+  };
+  // Stopped mid-epoch (step 10 of 21), with a checkpoint.
+  auto first = make_model(seed);
+  train::Trainer a(first, make_sgd, std::make_shared<train::ClassificationTask>(),
+                   with_checkpoints(false, 10));
+  data::DataLoader la = make_loader(data, seed);
+  const train::FitResult ra = a.fit(la);
+  EXPECT_TRUE(ra.stopped);
+  EXPECT_EQ(ra.steps, 10);
+  ASSERT_FALSE(ra.checkpoint.empty());
+  EXPECT_TRUE(fs::exists(ra.checkpoint));
+  // Resumed in a new Trainer whose model starts from other weights: the checkpoint's win.
+  auto second = make_model(seed + 99);
+  train::Trainer b(second, make_sgd, std::make_shared<train::ClassificationTask>(),
+                   with_checkpoints(true, 0));
+  std::vector<int64_t> steps;
+  b.on_step = [&](const train::StepReport& r) { steps.push_back(r.step); };
+  data::DataLoader lb = make_loader(data, seed);
+  const train::FitResult rb = b.fit(lb);
+  EXPECT_FALSE(rb.stopped);
+  EXPECT_EQ(rb.steps, 21);
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.front(), 11);  // not one step repeated or skipped
+  EXPECT_EQ(steps.size(), 11u);
+  // Uninterrupted.
+  auto whole = make_model(seed);
+  train::Trainer c(whole, make_sgd, std::make_shared<train::ClassificationTask>(), options(3));
+  data::DataLoader lc = make_loader(data, seed);
+  c.fit(lc);
+  EXPECT_TRUE(same_weights(*second, *whole));
+  // A second run on the same directory without resume is refused, naming the way out.
+  auto third = make_model(seed);
+  train::Trainer d(third, make_sgd, std::make_shared<train::ClassificationTask>(),
+                   with_checkpoints(false, 0));
+  data::DataLoader ld = make_loader(data, seed);
+  try {
+    d.fit(ld);
+    FAIL() << "a second run mixed its checkpoints into a full directory";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("pass --resume"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Trainer, RefusesWhatItCannotDoByName) {
+  const auto data = make_data(1, 32);
+  auto expect_refusal = [&](train::TrainerOptions o, const std::string& strategy,
+                            const std::string& words) {
+    try {
+      train::Trainer t(make_model(1), make_sgd, std::make_shared<train::ClassificationTask>(), o,
+                       train::make_strategy(strategy));
+      FAIL() << "accepted: " << words;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  train::TrainerOptions f16;
+  f16.amp = DType::f16;
+  expect_refusal(f16, "ps", "'ps' strategy");
+  train::TrainerOptions i32;
+  i32.amp = DType::i32;
+  expect_refusal(i32, "local", "amp is bf16 or f16");
+  train::TrainerOptions nan_clip;
+  nan_clip.max_grad_norm = std::nan("");
+  expect_refusal(nan_clip, "local", "max_grad_norm");
+  train::TrainerOptions graph;
+  graph.cuda_graph = true;
+  train::Trainer t(make_model(1), make_sgd, std::make_shared<train::ClassificationTask>(), graph);
+  data::DataLoader loader = make_loader(data, 1);
+  try {
+    t.fit(loader);
+    FAIL() << "a CUDA-graph step on the CPU";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA device"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Trainer, ADivergingLossNamesTheStep) {
+  const auto data = make_data(2, 64);
+  train::TrainerOptions o;
+  auto model = make_model(2);
+  train::Trainer t(
+      model,
+      [](std::vector<Tensor> p) {
+        return std::make_unique<optim::SGD>(std::move(p), optim::SGDOptions{.lr = 1e30});
+      },
+      std::make_shared<train::ClassificationTask>(), o);
+  data::DataLoader loader = make_loader(data, 2);
+  try {
+    t.fit(loader);
+    FAIL() << "trained on through a non-finite loss";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("diverged"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("at step"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace gradus
