@@ -194,9 +194,10 @@ FitResult Trainer::fit(data::DataLoader& loader) {
     {
       NoGradGuard no_grad;
       amp::Autocast autocast(options_.amp.value_or(DType::bf16), options_.amp.has_value());
+      const bool was_training = model().is_training();
       model().eval();
       report.eval = task_->evaluate(model());
-      model().train();
+      model().train(was_training);
     }
     result.last_epoch = report;
     if (on_epoch) on_epoch(report);

@@ -20,9 +20,8 @@ using testing::fresh_seed;
 using testing::random_tensor;
 
 struct TempDir {
-  fs::path path = fs::temp_directory_path() /
-                  ("gradus_trainer_" + std::to_string(::getpid()) + "_" +
-                   std::to_string(fresh_seed() % 1000000));
+  fs::path path = fs::temp_directory_path() / ("gradus_trainer_" + std::to_string(::getpid()) +
+                                               "_" + std::to_string(fresh_seed() % 1000000));
   TempDir() { fs::create_directories(path); }
   ~TempDir() { fs::remove_all(path); }
 };
