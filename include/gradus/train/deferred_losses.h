@@ -40,6 +40,12 @@ class DeferredLosses {
   template <typename F>
   void flush(const F& fn) {
     if (pending_.empty()) return;
+    if (pending_.size() == 1) {  // the CPU's every-step read: no batching to do
+      const StepLoss one = std::move(pending_.front());
+      pending_.clear();
+      fn(one, one.loss.item());
+      return;
+    }
     std::vector<Tensor> rows;
     rows.reserve(pending_.size());
     for (const StepLoss& p : pending_) rows.push_back(p.loss.reshape({1}).to(DType::f64));
