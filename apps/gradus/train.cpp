@@ -34,6 +34,7 @@
 #include "gradus/nn/models.h"
 #include "gradus/optim/optim.h"
 #include "gradus/train/strategy.h"
+#include "gradus/train/trainer.h"
 #include "profile_cmd.h"
 #include "progress.h"
 #include "run_monitor.h"
@@ -76,6 +77,25 @@ int run_train(const TrainOptions& options) {
 }
 
 namespace {
+
+// Image classification as the training layer's task: cross-entropy for training, the CLI's
+// Evaluator (the test set, sharded over the ranks under --dist) for the epoch's evaluation.
+class ImageTask : public train::ClassificationTask {
+ public:
+  ImageTask(Evaluator evaluate, std::optional<DType> amp)
+      : evaluate_(std::move(evaluate)), amp_(amp) {}
+  std::map<std::string, double> evaluate(nn::Module& model) override {
+    last_ = evaluate_(model, amp_);
+    return {{"loss", last_.loss}, {"accuracy", last_.accuracy}};
+  }
+  const EvalResult& last() const { return last_; }
+
+ private:
+  Evaluator evaluate_;
+  std::optional<DType> amp_;
+  EvalResult last_;
+};
+
 int run_train_images(const TrainOptions& options) {
   const auto run_start = Clock::now();
   refuse_options_not_in(
@@ -120,8 +140,7 @@ int run_train_images(const TrainOptions& options) {
   check_image_data_options(o);
   // How the model and its optimizer spread over the ranks (gradus/train/strategy.h); what it
   // cannot do is refused here, naming the option.
-  const std::unique_ptr<train::Strategy> strategy =
-      train::make_strategy(distributed ? o.dist : "local");
+  std::unique_ptr<train::Strategy> strategy = train::make_strategy(distributed ? o.dist : "local");
   // --cuda-graph replays a step recorded on a GPU; the exchanges of a distributed step and the
   // f16 scaler's overflow check are host decisions a replay could not repeat.
   GRADUS_CHECK(!o.cuda_graph || device.is_cuda(), ValueError,
@@ -141,8 +160,6 @@ int run_train_images(const TrainOptions& options) {
                " is not supported (loss scaling needs all-reduced gradients: use --dist ddp, or "
                "--amp bf16, which needs no loss scaling)");
   const std::optional<DType> amp_dtype = amp_option(o.amp);
-  // Dynamic loss scaling for f16 (PyTorch's defaults); bf16 has float32's range and needs none.
-  amp::GradScaler scaler({.enabled = o.amp == "f16"});
   GRADUS_CHECK(o.dropout == 0 || o.model == "mlp", ValueError,
                "train: --dropout is only supported for --model mlp (got --model ", o.model, ")");
   auto build_model = [&] {
@@ -192,11 +209,8 @@ int run_train_images(const TrainOptions& options) {
   const double lr = o.lr_scaling == "linear" ? o.lr * static_cast<double>(o.batch_size) /
                                                    static_cast<double>(o.lr_reference_batch)
                                              : o.lr;
-  strategy->setup(model,
-                  [&](std::vector<Tensor> p) { return make_optimizer(o, lr, std::move(p)); });
-  optim::Optimizer& optimizer = strategy->optimizer();
-
-  // The data last: a bad model option (--freeze PREFIX) fails before the dataset is read.
+  // The data before the Trainer builds the optimizer: a bad model option (--freeze PREFIX) has
+  // failed above, before the dataset is read.
   std::shared_ptr<data::TensorDataset> train_set = load_image_split(o, /*train=*/true);
   std::shared_ptr<data::TensorDataset> test_set = load_image_split(o, /*train=*/false);
   data::DataLoader train_loader(train_set, {.batch_size = o.batch_size,
@@ -207,11 +221,38 @@ int run_train_images(const TrainOptions& options) {
                                             .rank = world.rank,
                                             .world_size = distributed ? world.size : 1,
                                             .transform = augment_transform(o, *train_set, lead)});
-  Evaluator evaluate(test_set, std::max<int64_t>(o.batch_size, 500), device, o.workers, world,
-                     distributed);
+  // Evaluation: every rank its slice of the test set under --dist (the sums all-reduced).
+  auto task = std::make_shared<ImageTask>(Evaluator(test_set, std::max<int64_t>(o.batch_size, 500),
+                                                    device, o.workers, world, distributed),
+                                          amp_dtype);
   const int64_t steps_per_epoch = train_loader.size();
-  const int64_t total_steps = steps_per_epoch * o.epochs;
-  const RunLayout layout{.world = world.size, .data = world.size, .strategy = strategy->name()};
+
+  // The run is the training layer's Trainer (gradus/train/trainer.h) configured by the options.
+  train::TrainerOptions run;
+  run.epochs = o.epochs;
+  run.amp = amp_dtype;
+  // (--grad-clip's default belongs to the language model: images clip only when asked.)
+  run.max_grad_norm = o.given.count("grad-clip") ? o.grad_clip : 0.0;
+  run.cuda_graph = o.cuda_graph;
+  run.read_loss_every = o.read_loss_every;
+  run.stop_after_steps = o.stop_after_steps;
+  run.checkpoints = checkpoint_options(o);
+  run.checkpoint_every = o.checkpoint_every;
+  run.config = run_config_json(o, get_num_threads(), device.str());
+  run.check_config = check_resume_config;
+  run.scheduler = [&o](optim::Optimizer& opt, int64_t total_steps, int64_t per_epoch) {
+    return make_scheduler(o, opt, total_steps, per_epoch);
+  };
+  run.who = "gradus train";
+  run.divergence_hint =
+      "lower --lr or add --warmup-steps; --detect-anomaly names the op that produced it";
+  train::Trainer trainer(
+      model, [&](std::vector<Tensor> p) { return make_optimizer(o, lr, std::move(p)); }, task, run,
+      std::move(strategy));
+  amp::GradScaler& scaler = trainer.scaler();
+
+  const RunLayout layout{
+      .world = world.size, .data = world.size, .strategy = trainer.strategy().name()};
   if (lead) std::fprintf(stderr, "gradus train: %s\n", layout_text(layout).c_str());
   std::fprintf(stderr,
                "gradus train: model %s (%lld parameters), %s %lld train / %lld test examples, "
@@ -228,34 +269,7 @@ int run_train_images(const TrainOptions& options) {
                               std::to_string(o.batch_size / world.size) + " examples per rank")
                                  .c_str()
                            : "");
-
-  const std::shared_ptr<optim::LRScheduler> scheduler =
-      make_scheduler(o, optimizer, total_steps, steps_per_epoch);
-
-  const std::string config = run_config_json(o, get_num_threads(), device.str());
   if (!lead) std::freopen("/dev/null", "w", stdout);  // one voice: rank 0 reports
-  const StartPoint start = find_start(o, config, *model, scaler, optimizer, scheduler.get());
-  // A replayed step reads its learning rate and step count from the device.
-  if (o.cuda_graph) optimizer.set_capturable(true);
-  Checkpointer checkpoints(checkpoint_options(o), *model, optimizer, scheduler.get(), scaler,
-                           config, lead);
-  if (!start.path.empty()) checkpoints.loaded(start.step, start.position, start.path);
-  if (checkpoints.enabled()) install_stop_handlers();
-
-  int64_t step = start.step;
-  // A clean stop (--stop-after-steps or SIGINT/SIGTERM) after `step`: checkpoint, report, exit.
-  auto stop = [&](data::LoaderPosition next, const EpochProgress& progress, const char* why) {
-    const std::string path = checkpoints.save(step, next, progress);
-    std::fprintf(stderr, "gradus train: stopped after step %lld (%s)%s%s\n",
-                 static_cast<long long>(step), why, path.empty() ? "" : "; checkpoint ",
-                 path.c_str());
-    std::printf("stopped_at_step=%lld\n", static_cast<long long>(step));
-    std::fflush(stdout);
-  };
-  if (o.stop_after_steps > 0 && step >= o.stop_after_steps) {
-    stop(start.position, start.progress, "--stop-after-steps");
-    return 0;
-  }
 
   // Peak bytes held by tensors on the training device since the epoch began.
   auto epoch_peak = [&]() -> size_t {
@@ -266,132 +280,64 @@ int run_train_images(const TrainOptions& options) {
   // the metrics line (run_monitor.h); the lead only.
   const std::unique_ptr<monitor::DeviceMonitor> device_monitor =
       lead ? make_run_monitor(device, std::chrono::seconds(1)) : nullptr;
-  StepGraph step_graph(o.cuda_graph, kGraphWarmupSteps, "gradus train");
-  EvalResult result;
-  bool evaluated = false;
+  std::optional<Progress> bar;
   double first_loss = -1;  // for the divergence warning
   bool warned_growth = false;
-  profiler.at_step(step);
-  for (int64_t epoch = start.position.epoch; epoch < o.epochs; ++epoch) {
-    const bool resumed_epoch = epoch == start.position.epoch;
-    train_loader.set_position(resumed_epoch ? start.position : data::LoaderPosition{epoch, 0});
+  trainer.on_start = [&](int64_t steps_done) { profiler.at_step(steps_done); };
+  trainer.on_epoch_begin = [&](int64_t epoch) {
     train_loader.reset_stats();  // the epoch's wait for data
     if (device.is_cuda()) {
       cuda::reset_peak_memory_stats(device.index());
     } else {
       host::reset_peak_memory();
     }
-    Progress bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs),
-                 steps_per_epoch, !o.no_progress && lead);
-    // Sums over the examples of this epoch (restored mid-epoch so the summary matches).
-    EpochProgress progress = resumed_epoch ? start.progress : EpochProgress{};
-    int64_t samples_here = 0;  // trained by this process (for samples/s)
-    // A step's loss, once read back (deferred_losses.h: on a GPU every kDeviceInterval steps,
-    // and before a checkpoint, a stop and the epoch's end).
-    auto account = [&](const StepLoss& s, double value) {
-      GRADUS_CHECK(std::isfinite(value), ValueError, "train: the loss became ", value, " at epoch ",
-                   epoch + 1, ", step ", s.step, ": training diverged; lower --lr (", s.lr,
-                   " at that step) or add --warmup-steps; --detect-anomaly names the op ",
-                   "that produced it");
-      if (first_loss < 0) first_loss = value;
-      if (!warned_growth && first_loss > 0 && value > 1000 * first_loss) {
-        warned_growth = true;
-        std::fprintf(stderr,
-                     "gradus train: warning: the loss grew from %.4g (first step) to %.4g at step "
-                     "%lld: training is diverging; lower --lr (now %g)\n",
-                     first_loss, value, static_cast<long long>(s.step), s.lr);
-      }
-      progress.loss_sum += value * static_cast<double>(s.samples);
-      progress.samples += s.samples;
-      progress.last_lr = s.lr;
-      if (o.log_every > 0 && s.step % o.log_every == 0) {
-        metrics.write({{"step", s.step}, {"epoch", epoch + 1}, {"loss", value}, {"lr", s.lr}});
-      }
-    };
-    DeferredLosses losses(device, o.read_loss_every);
-    auto train_step = [&](const Tensor& input, const Tensor& target) {
-      // A graph's gradients must stay where the capture found them: zeroed in place.
-      optimizer.zero_grad(/*set_to_none=*/!o.cuda_graph);
-      strategy->before_forward();
-      Tensor loss;
-      {
-        amp::Autocast autocast(amp_dtype.value_or(DType::bf16), amp_dtype.has_value());
-        loss = cross_entropy(strategy->module()(input), target);
-      }
-      scaler.scale(loss).backward();  // scale() is the loss itself unless --amp f16
-      // (--grad-clip's default belongs to the language model: images clip only when asked.)
-      strategy->step(scaler, o.given.count("grad-clip") ? o.grad_clip : 0.0);
-      scaler.update();
-      return loss;
-    };
-    for (data::Example& batch : train_loader) {
-      const double lr = optimizer.lr();
-      const Tensor loss = step_graph.run(batch.input, batch.target, train_step);
-      if (scheduler) scheduler->step();
-      ++step;
-      profiler.at_step(step);
-      const data::LoaderPosition next = train_loader.position();  // (epoch, this batch + 1)
-      const int64_t n = batch.target.size(0) * world.size;        // the global batch
-      samples_here += n;
-      if (distributed) {
-        account({step, lr, n, Tensor()}, agree_on_step(strategy->group(), loss));
-      } else {
-        losses.add({step, lr, n, loss.detach()});
-        if (losses.due()) losses.flush(account);
-      }
-      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) {
-        losses.flush(account);  // the checkpoint holds the epoch's loss sum so far
-        checkpoints.save(step, next, progress);
-      }
-      if (o.stop_after_steps > 0 && step >= o.stop_after_steps) {
-        losses.flush(account);
-        stop(next, progress, "--stop-after-steps");
-        return 0;
-      }
-      if (train::stop_signal() != 0) {
-        const int sig = train::stop_signal();
-        losses.flush(account);
-        stop(next, progress, train::stop_signal_name(sig));
-        return 128 + sig;
-      }
-      bar.set_data_wait(train_loader.stats().wait_seconds);
-      if (device_monitor) bar.set_monitor_text(monitor::progress_text(device_monitor->latest()));
-      bar.update(next.batch,
-                 progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.samples, 1)),
-                 samples_here, epoch_peak());
+    bar.emplace("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs),
+                steps_per_epoch, !o.no_progress && lead);
+  };
+  trainer.on_step = [&](const train::StepReport& s) {
+    if (first_loss < 0) first_loss = s.loss;
+    if (!warned_growth && first_loss > 0 && s.loss > 1000 * first_loss) {
+      warned_growth = true;
+      std::fprintf(stderr,
+                   "gradus train: warning: the loss grew from %.4g (first step) to %.4g at step "
+                   "%lld: training is diverging; lower --lr (now %g)\n",
+                   first_loss, s.loss, static_cast<long long>(s.step), s.lr);
     }
-    losses.flush(account);
-    bar.finish();
-    const double train_seconds = bar.elapsed_seconds();
-    result = evaluate(*model, amp_dtype);
-    check_finite_evaluation(result, epoch + 1);
-    evaluated = true;
-    const double epoch_seconds = bar.elapsed_seconds();
-    const double samples_per_s = static_cast<double>(samples_here) / std::max(train_seconds, 1e-9);
-    const double train_loss =
-        progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.samples, 1));
-    // The lr of the epoch's last step (restored when the epoch ended just before a resume).
-    const double lr = progress.samples > 0 ? progress.last_lr : optimizer.lr();
-    // The most memory tensors held during the epoch (on the training device).
-    const size_t peak = epoch_peak();
+    if (o.log_every > 0 && s.step % o.log_every == 0) {
+      metrics.write({{"step", s.step}, {"epoch", s.epoch + 1}, {"loss", s.loss}, {"lr", s.lr}});
+    }
+  };
+  trainer.on_batch_end = [&](const train::BatchEnd& b) {
+    profiler.at_step(b.step);
+    bar->set_data_wait(train_loader.stats().wait_seconds);
+    if (device_monitor) bar->set_monitor_text(monitor::progress_text(device_monitor->latest()));
+    bar->update(b.next.batch, b.running_loss, b.examples_in_epoch, epoch_peak());
+  };
+  EvalResult result;
+  trainer.on_epoch = [&](const train::EpochReport& r) {
+    bar->finish();
+    result = task->last();
+    check_finite_evaluation(result, r.epoch + 1);
+    const double epoch_seconds = bar->elapsed_seconds();
+    const size_t peak = epoch_peak();  // the most memory tensors held during the epoch
     const data::LoaderStats loader_stats = train_loader.stats();
     std::printf(
         "epoch %lld/%d train_loss %.4f test_loss %.4f test_accuracy %.4f (%.1f s, %.0f "
         "samples/s, lr %.3g, peak memory %.1f MiB%s)\n",
-        static_cast<long long>(epoch + 1), o.epochs, train_loss, result.loss, result.accuracy,
-        epoch_seconds, samples_per_s, lr, static_cast<double>(peak) / (1 << 20),
-        data_wait_text(loader_stats, train_seconds).c_str());
+        static_cast<long long>(r.epoch + 1), o.epochs, r.train_loss, result.loss, result.accuracy,
+        epoch_seconds, r.examples_per_s, r.lr, static_cast<double>(peak) / (1 << 20),
+        data_wait_text(loader_stats, r.seconds).c_str());
     std::fflush(stdout);
-    nlohmann::ordered_json line = {{"epoch", epoch + 1},
-                                   {"train_loss", train_loss},
+    nlohmann::ordered_json line = {{"epoch", r.epoch + 1},
+                                   {"train_loss", r.train_loss},
                                    {"test_loss", result.loss},
                                    {"test_accuracy", result.accuracy},
                                    {"epoch_seconds", epoch_seconds},
-                                   {"samples_per_s", samples_per_s},
+                                   {"samples_per_s", r.examples_per_s},
                                    {"data_wait_s", loader_stats.wait_seconds},
-                                   {"lr", lr},
+                                   {"lr", r.lr},
                                    {"peak_memory_bytes", peak},
-                                   {"step", step},
+                                   {"step", r.step},
                                    {"elapsed_s", ms_since(run_start) / 1e3},
                                    {"model", o.model},
                                    {"device", device.str()},
@@ -407,13 +353,24 @@ int run_train_images(const TrainOptions& options) {
     // nothing measures it). Last, so tests/reliability can strip it with the timings.
     if (device_monitor) line["monitor"] = monitor_json(device_monitor->take_window());
     metrics.write(line);
-    if (o.checkpoint_every == 0) checkpoints.save(step, {epoch + 1, 0}, {});
+  };
+
+  const train::FitResult fit = trainer.fit(train_loader);
+  if (fit.stopped) {
+    // A clean stop (--stop-after-steps or SIGINT/SIGTERM/SIGHUP) with its checkpoint.
+    const char* why =
+        fit.stop_signal != 0 ? train::stop_signal_name(fit.stop_signal) : "--stop-after-steps";
+    std::fprintf(stderr, "gradus train: stopped after step %lld (%s)%s%s\n",
+                 static_cast<long long>(fit.steps), why,
+                 fit.checkpoint.empty() ? "" : "; checkpoint ", fit.checkpoint.c_str());
+    std::printf("stopped_at_step=%lld\n", static_cast<long long>(fit.steps));
+    std::fflush(stdout);
+    return fit.stop_signal != 0 ? 128 + fit.stop_signal : 0;
   }
   profiler.finish();
-  // The final state (a --resume of a finished run finds nothing left to do).
-  checkpoints.save(step, {std::max<int64_t>(o.epochs, start.position.epoch), 0}, {});
-  if (!evaluated) {  // resumed after the last epoch
-    result = evaluate(*model, amp_dtype);
+  if (!fit.last_epoch) {  // resumed after the last epoch
+    task->evaluate(*model);
+    result = task->last();
     check_finite_evaluation(result, o.epochs);
   }
   if (!o.save.empty() && lead) {

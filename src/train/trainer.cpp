@@ -45,10 +45,10 @@ std::map<std::string, double> ClassificationTask::evaluate(nn::Module& model) {
 
 // ------------------------------------------------------------------------------ trainer
 Trainer::Trainer(std::shared_ptr<nn::Module> model, const OptimizerFactory& make_optimizer,
-                 std::shared_ptr<Task> task, TrainerOptions options,
+                 std::shared_ptr<Task> task, const TrainerOptions& options,
                  std::unique_ptr<Strategy> strategy)
     : task_(std::move(task)),
-      options_(std::move(options)),
+      options_(options),
       strategy_(strategy != nullptr ? std::move(strategy) : make_strategy("local")),
       scaler_({.enabled = options_.amp == DType::f16}) {
   const char* who = options_.who.c_str();
@@ -126,6 +126,7 @@ FitResult Trainer::fit(data::DataLoader& loader) {
     result.stop_signal = signal;
     result.steps = step;
   };
+  if (on_start) on_start(step);
   if (options_.stop_after_steps > 0 && step >= options_.stop_after_steps) {
     stop(start.position, start.progress, 0);
     return result;
@@ -138,6 +139,7 @@ FitResult Trainer::fit(data::DataLoader& loader) {
   for (int64_t epoch = start.position.epoch; epoch < options_.epochs; ++epoch) {
     const bool resumed_epoch = epoch == start.position.epoch;
     loader.set_position(resumed_epoch ? start.position : data::LoaderPosition{epoch, 0});
+    if (on_epoch_begin) on_epoch_begin(epoch);
     // Sums over the epoch's examples (restored mid-epoch, so a resumed run reports the same).
     EpochProgress progress = resumed_epoch ? start.progress : EpochProgress{};
     int64_t examples_here = 0;
@@ -145,7 +147,7 @@ FitResult Trainer::fit(data::DataLoader& loader) {
     auto account = [&](const StepLoss& s, double value) {
       GRADUS_CHECK(std::isfinite(value), ValueError, who, ": the loss became ", value, " at step ",
                    s.step, " (epoch ", epoch + 1, ", learning rate ", s.lr,
-                   "): training diverged; lower the learning rate or warm it up");
+                   "): training diverged; ", options_.divergence_hint);
       progress.loss_sum += value * static_cast<double>(s.samples);
       progress.samples += s.samples;
       progress.last_lr = s.lr;
@@ -166,6 +168,11 @@ FitResult Trainer::fit(data::DataLoader& loader) {
       } else {
         losses.add({step, lr, n, loss.detach()});
         if (losses.due()) losses.flush(account);
+      }
+      if (on_batch_end) {
+        const double running =
+            progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.samples, 1));
+        on_batch_end({step, epoch, next, examples_here, running});
       }
       if (options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0) {
         losses.flush(account);  // the checkpoint holds the epoch's loss sum so far

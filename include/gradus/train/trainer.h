@@ -73,6 +73,17 @@ struct TrainerOptions {
   ConfigCheck check_config = note_config_difference;
   SchedulerFactory scheduler;  // nullptr: a constant learning rate
   std::string who = "train";   // prefixes the messages
+  // Ends the message of a non-finite loss (what to change).
+  std::string divergence_hint = "lower the learning rate or warm it up";
+};
+
+// Right after a step, before its loss is read back.
+struct BatchEnd {
+  int64_t step = 0;               // optimizer steps so far, this one included
+  int64_t epoch = 0;              // 0-based
+  data::LoaderPosition next;      // the next batch to train on
+  int64_t examples_in_epoch = 0;  // global examples trained in this epoch by this process
+  double running_loss = 0;        // mean loss of the epoch's steps read back so far
 };
 
 struct StepReport {
@@ -105,7 +116,7 @@ class Trainer {
  public:
   // Collective over the strategy's ranks (Strategy::setup). `strategy` nullptr: "local".
   Trainer(std::shared_ptr<nn::Module> model, const OptimizerFactory& make_optimizer,
-          std::shared_ptr<Task> task, TrainerOptions options = {},
+          std::shared_ptr<Task> task, const TrainerOptions& options = TrainerOptions(),
           std::unique_ptr<Strategy> strategy = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -115,8 +126,12 @@ class Trainer {
   // from a checkpoint when options.checkpoints.resume says so.
   FitResult fit(data::DataLoader& loader);
 
-  // Called after each step's loss is read (in step order, possibly a few steps late on a GPU),
-  // and after each epoch's evaluation; on every rank.
+  // Hooks, all optional, called on every rank: once the start is known (the steps a resumed run
+  // already did), at each epoch's start, right after each step, after each step's loss is read
+  // (in step order, possibly a few steps late on a GPU), and after each epoch's evaluation.
+  std::function<void(int64_t steps_done)> on_start;
+  std::function<void(int64_t epoch)> on_epoch_begin;
+  std::function<void(const BatchEnd&)> on_batch_end;
   std::function<void(const StepReport&)> on_step;
   std::function<void(const EpochReport&)> on_epoch;
 
