@@ -21,6 +21,7 @@
 #include "gradus/gradus.h"
 #include "gradus/io/io.h"
 #include "gradus/train/strategy.h"
+#include "gradus/train/trainer.h"
 #include "profile_cmd.h"
 #include "run_monitor.h"
 #include "run_state.h"
@@ -96,6 +97,86 @@ Tensor lm_loss(nn::Module& model, const Tensor& x, const Tensor& y) {
   return cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
 }
 
+// nanoGPT's schedule as the Trainer's scheduler (lr_at per step; its state is the step count).
+class GptSchedule : public optim::LRScheduler {
+ public:
+  GptSchedule(optim::Optimizer& optimizer, const TrainOptions& o) : LRScheduler(optimizer), o_(o) {
+    initial_step();
+  }
+  double lr_at(int64_t step, double) const override { return cli::lr_at(step, o_); }
+  const char* type_name() const override { return "GptSchedule"; }
+
+ private:
+  TrainOptions o_;
+};
+
+// The training windows as a dataset for the Trainer's loader: example i is row i % batch of the
+// global batch i / batch that one seeded ContextSampler draws, so every rank's loader, asking
+// for its rows of each global batch, trains the same run at any world size.
+class WindowBatches : public data::Dataset {
+ public:
+  WindowBatches(data::TokenArray tokens, int64_t context, int64_t batch, uint64_t seed,
+                int64_t batches)
+      : sampler_(std::move(tokens), context, batch, seed), batch_(batch), batches_(batches) {}
+  int64_t size() const override { return batch_ * batches_; }
+  data::Example get(int64_t index) const override {
+    const data::Example b = get_batch({index});
+    return {b.input.reshape({-1}), b.target.reshape({-1})};
+  }
+  data::Example get_batch(const std::vector<int64_t>& indices) const override {
+    const int64_t first = indices.front(), n = static_cast<int64_t>(indices.size());
+    const int64_t step = first / batch_, row = first % batch_;
+    GRADUS_CHECK(row + n <= batch_ && indices.back() == first + n - 1, IndexError,
+                 "train: the language model's batches are rows of one global batch");
+    sampler_.set_position(step);
+    const auto [x, y] = sampler_.next();
+    return {x.slice(0, row, row + n), y.slice(0, row, row + n)};
+  }
+
+ private:
+  mutable data::ContextSampler sampler_;
+  int64_t batch_, batches_;
+};
+
+// Language modelling as the Trainer's task: the next-token loss, and the mean validation loss
+// over the same eval_iters windows every time (each rank its rows; the mean over the ranks is the
+// one-process loss).
+class LanguageModelTask : public train::Task {
+ public:
+  LanguageModelTask(data::ContextSampler val, int64_t eval_iters, int64_t rows, int64_t first_row,
+                    Device device, std::shared_ptr<dist::ProcessGroup> group)
+      : val_(std::move(val)),
+        eval_iters_(eval_iters),
+        rows_(rows),
+        first_row_(first_row),
+        device_(device),
+        group_(std::move(group)) {}
+  Tensor loss(nn::Module& model, const data::Example& batch) override {
+    return lm_loss(model, batch.input, batch.target);
+  }
+  std::map<std::string, double> evaluate(nn::Module& model) override {
+    val_.set_position(0);
+    Tensor total;  // summed where the losses are: one read at the end, not one per batch
+    for (int64_t i = 0; i < eval_iters_; ++i) {
+      const auto [x, y] = val_.next(device_);
+      const Tensor l = lm_loss(model, x.slice(0, first_row_, first_row_ + rows_),
+                               y.slice(0, first_row_, first_row_ + rows_))
+                           .to(DType::f64);
+      total = total.defined() ? add(total, l) : l;
+    }
+    Tensor mean =
+        tensor({total.item() / static_cast<double>(eval_iters_)}, {1}, {.dtype = DType::f64});
+    if (group_->size() > 1) group_->all_reduce(mean, dist::ReduceOp::avg, "val loss")->wait();
+    return {{"loss", mean.item()}};
+  }
+
+ private:
+  data::ContextSampler val_;
+  int64_t eval_iters_, rows_, first_row_;
+  Device device_;
+  std::shared_ptr<dist::ProcessGroup> group_;
+};
+
 }  // namespace
 
 int run_train_lm(const TrainOptions& o) {
@@ -144,7 +225,7 @@ int run_train_lm(const TrainOptions& o) {
   GRADUS_CHECK(run.batch_size % world.size == 0, ValueError, "train: --batch-size ", run.batch_size,
                " (the global batch) does not divide over the ", world.size,
                " ranks; use a multiple of ", world.size);
-  const std::unique_ptr<train::Strategy> strategy =
+  std::unique_ptr<train::Strategy> strategy =
       train::make_strategy(distributed ? run.dist : "local");
   const std::optional<DType> amp = amp_option(run.amp);
   GRADUS_CHECK(amp != DType::f16, ValueError,
@@ -180,15 +261,7 @@ int run_train_lm(const TrainOptions& o) {
   }
   run.vocab_size = vocab_size;  // (the run configuration holds the one used)
   const auto [train_tokens, val_tokens] = data::split_train_val(tokens);
-  // Every rank draws the same global batches (one seeded stream) and takes its rows of them, so
-  // one command trains the same at any world size.
-  data::ContextSampler train_batches(train_tokens, run.gpt.context, run.batch_size, run.seed);
-  data::ContextSampler val_batches(val_tokens, run.gpt.context, run.batch_size, run.seed + 1);
   const int64_t rows = run.batch_size / world.size, first_row = world.rank * rows;
-  auto my_rows = [&](const std::pair<Tensor, Tensor>& b) {
-    return std::pair<Tensor, Tensor>{b.first.slice(0, first_row, first_row + rows),
-                                     b.second.slice(0, first_row, first_row + rows)};
-  };
 
   const nn::GPTConfig config = gpt_config(run.gpt, vocab_size, run.dropout);
   auto model = std::make_shared<nn::GPT>(config);
@@ -207,7 +280,7 @@ int run_train_lm(const TrainOptions& o) {
   decay.weight_decay = weight_decay;
   optim::AdamWOptions no_decay = decay;
   no_decay.weight_decay = 0;
-  strategy->setup(model, [&](std::vector<Tensor> params) {
+  auto make_adamw = [&](std::vector<Tensor> params) {
     // Without weight decay the groups are one: the parameters keep the model's order, which is
     // the order a sharded optimizer numbers its state in, so checkpoints resume across them.
     if (weight_decay == 0) {
@@ -220,11 +293,39 @@ int run_train_lm(const TrainOptions& o) {
     if (!matrices.empty()) groups.push_back({matrices, decay});
     if (!vectors.empty()) groups.push_back({vectors, no_decay});
     return std::make_unique<optim::AdamW>(groups);
-  });
-  optim::Optimizer& optimizer = strategy->optimizer();
-  // A replayed step reads its learning rate and step counts from the device.
-  if (run.cuda_graph) optimizer.set_capturable(true);
-  const RunLayout layout{.world = world.size, .data = world.size, .strategy = strategy->name()};
+  };
+
+  // The run is the training layer's Trainer: one epoch of --iters global batches.
+  auto windows = std::make_shared<WindowBatches>(train_tokens, run.gpt.context, run.batch_size,
+                                                 run.seed, run.iters);
+  data::DataLoader train_loader(windows, {.batch_size = run.batch_size,
+                                          .device = device,
+                                          .rank = world.rank,
+                                          .world_size = distributed ? world.size : 1});
+  const std::shared_ptr<dist::ProcessGroup> group = dist::default_group();
+  auto task = std::make_shared<LanguageModelTask>(
+      data::ContextSampler(val_tokens, run.gpt.context, run.batch_size, run.seed + 1),
+      run.eval_iters, rows, first_row, device, group);
+  train::TrainerOptions options;
+  options.epochs = 1;
+  options.amp = amp;
+  options.max_grad_norm = run.grad_clip;
+  options.cuda_graph = run.cuda_graph;
+  options.read_loss_every = run.read_loss_every;
+  options.stop_after_steps = run.stop_after_steps;
+  options.checkpoints = checkpoint_options(run);
+  options.checkpoint_every = run.checkpoint_every;
+  options.eval_every = run.eval_every;
+  options.config = run_config_json(run, get_num_threads(), device.str());
+  options.check_config = check_resume_config;
+  options.scheduler = [&run](optim::Optimizer& opt, int64_t, int64_t) {
+    return std::make_shared<GptSchedule>(opt, run);
+  };
+  options.who = "gradus train";
+  options.divergence_hint = "lower --lr or raise --warmup-steps";
+  train::Trainer trainer(model, make_adamw, task, options, std::move(strategy));
+  const RunLayout layout{
+      .world = world.size, .data = world.size, .strategy = trainer.strategy().name()};
 
   if (lead) {
     std::printf(
@@ -248,140 +349,73 @@ int run_train_lm(const TrainOptions& o) {
   // the metrics lines (run_monitor.h).
   const std::unique_ptr<monitor::DeviceMonitor> device_monitor =
       lead ? make_run_monitor(device, std::chrono::seconds(1)) : nullptr;
-
-  // Checkpoints hold the step; the batches, the schedule and the random stream follow from it.
-  amp::GradScaler no_scaling({.enabled = false});
-  const std::string run_config = run_config_json(run, get_num_threads(), device.str());
   if (!lead) std::freopen("/dev/null", "w", stdout);  // one voice: rank 0 reports
-  const StartPoint start =
-      find_start(run, run_config, *model, no_scaling, optimizer, /*scheduler=*/nullptr);
-  Checkpointer checkpoints(checkpoint_options(run), *model, optimizer, nullptr, no_scaling,
-                           run_config, lead);
-  if (!start.path.empty()) checkpoints.loaded(start.step, start.position, start.path);
-  if (checkpoints.enabled()) install_stop_handlers();
-  int64_t step = start.step;
-  train_batches.set_position(step);
-  auto position_after = [](int64_t s) { return data::LoaderPosition{0, s}; };
-  auto stop = [&](const char* why) {
-    const std::string path = checkpoints.save(step, position_after(step), {});
-    if (lead) {
-      std::fprintf(stderr, "gradus train: stopped after step %lld (%s)%s%s\n",
-                   static_cast<long long>(step), why, path.empty() ? "" : "; checkpoint ",
-                   path.c_str());
-    }
-    std::printf("stopped_at_step=%lld\n", static_cast<long long>(step));
-    std::fflush(stdout);
-  };
-  if (run.stop_after_steps > 0 && step >= run.stop_after_steps) {
-    stop("--stop-after-steps");
-    return 0;
-  }
 
-  // The same val_batches windows at every evaluation, so the curve compares like with like; each
-  // rank takes its rows, and the mean over ranks is the one-process loss.
-  auto evaluate = [&] {
-    NoGradGuard no_grad;
-    model->eval();
-    val_batches.set_position(0);
-    Tensor total;  // summed where the losses are: one read at the end, not one per batch
-    for (int64_t i = 0; i < run.eval_iters; ++i) {
-      amp::Autocast autocast(amp.value_or(DType::bf16), amp.has_value());
-      const auto [x, y] = my_rows(val_batches.next(device));
-      const Tensor l = lm_loss(*model, x, y).to(DType::f64);
-      total = total.defined() ? add(total, l) : l;
-    }
-    model->train();
-    Tensor mean =
-        tensor({total.item() / static_cast<double>(run.eval_iters)}, {1}, {.dtype = DType::f64});
-    if (distributed) strategy->group().all_reduce(mean, dist::ReduceOp::avg, "val loss")->wait();
-    return mean.item();
-  };
-
-  model->train();
   const auto run_start = Clock::now();
-  double val_loss = NAN, window_loss = 0;
+  double val_loss = NAN, window_loss = 0, last_lr = 0;
   int64_t window_steps = 0;
-  DeferredLosses losses(device, run.read_loss_every);
   auto window_start = Clock::now();
-  profiler.at_step(step);
-  StepGraph step_graph(run.cuda_graph, kGraphWarmupSteps, "gradus train");
-  auto train_step = [&](const Tensor& x, const Tensor& y) {
-    // A graph's gradients must stay where the capture found them: zeroed in place.
-    optimizer.zero_grad(/*set_to_none=*/!run.cuda_graph);
-    strategy->before_forward();
-    Tensor loss;
-    {
-      amp::Autocast autocast(amp.value_or(DType::bf16), amp.has_value());
-      loss = lm_loss(strategy->module(), x, y);
-    }
-    loss.backward();
-    strategy->step(no_scaling, run.grad_clip);  // averaged, clipped, one update
-    return loss;
+  trainer.on_start = [&](int64_t steps_done) {
+    profiler.at_step(steps_done);
+    window_start = Clock::now();
   };
-  auto account = [&](const StepLoss& s, double l) {
-    GRADUS_CHECK(std::isfinite(l), ValueError, "train: the loss became ", l, " at step ", s.step);
-    window_loss += l;
+  trainer.on_step = [&](const train::StepReport& s) {
+    window_loss += s.loss;
     ++window_steps;
+    last_lr = s.lr;
   };
-  for (; step < run.iters; ++step) {
-    const double lr = lr_at(step, run);
-    optimizer.set_lr(lr);  // capturable: written to the device, outside any graph
-    const auto [x, y] = my_rows(train_batches.next(device));
-    const Tensor loss = step_graph.run(x, y, train_step);
-    profiler.at_step(step + 1);
-    if (distributed) {
-      account({step, lr, run.batch_size, Tensor()}, agree_on_step(strategy->group(), loss));
-    } else {
-      losses.add({step, lr, run.batch_size, loss.detach()});
+  trainer.on_batch_end = [&](const train::BatchEnd& b) { profiler.at_step(b.step); };
+  // A validation line: every --eval-every steps and at the end.
+  auto report = [&](int64_t step, const std::map<std::string, double>& eval) {
+    const double seconds = ms_since(window_start) / 1e3;
+    const double tokens_per_s =
+        static_cast<double>(window_steps * run.batch_size * run.gpt.context) / seconds;
+    val_loss = eval.at("loss");
+    const double train_loss = window_loss / static_cast<double>(std::max<int64_t>(window_steps, 1));
+    const std::string usage =
+        device_monitor ? monitor::progress_text(device_monitor->latest()) : std::string();
+    std::printf("step %lld: train_loss %.4f val_loss=%.4f lr %.2e %.0f tokens/s%s%s\n",
+                static_cast<long long>(step), train_loss, val_loss, last_lr, tokens_per_s,
+                usage.empty() ? "" : "  ", usage.c_str());
+    std::fflush(stdout);
+    nlohmann::ordered_json line = {{"step", step},
+                                   {"train_loss", train_loss},
+                                   {"val_loss", val_loss},
+                                   {"lr", last_lr},
+                                   {"tokens_per_s", tokens_per_s},
+                                   {"elapsed_s", ms_since(run_start) / 1e3},
+                                   {"layout", layout_json(layout)}};
+    // Since the previous line: utilisation, peaks, energy (null: unmeasured).
+    if (device_monitor) line["monitor"] = monitor_json(device_monitor->take_window());
+    metrics.write(line);
+    window_loss = 0;
+    window_steps = 0;
+    window_start = Clock::now();
+  };
+  trainer.on_eval = [&](const train::EvalReport& r) { report(r.step, r.eval); };
+  trainer.on_epoch = [&](const train::EpochReport& r) { report(r.step, r.eval); };
+
+  const train::FitResult fit = trainer.fit(train_loader);
+  if (fit.stopped) {
+    // A clean stop (--stop-after-steps or SIGINT/SIGTERM/SIGHUP) with its checkpoint.
+    if (lead) {
+      const char* why =
+          fit.stop_signal != 0 ? train::stop_signal_name(fit.stop_signal) : "--stop-after-steps";
+      std::fprintf(stderr, "gradus train: stopped after step %lld (%s)%s%s\n",
+                   static_cast<long long>(fit.steps), why,
+                   fit.checkpoint.empty() ? "" : "; checkpoint ", fit.checkpoint.c_str());
     }
-    const bool last = step + 1 == run.iters;
-    const bool eval_now = (step + 1) % run.eval_every == 0 || last;
-    const bool checkpoint_now = run.checkpoint_every > 0 && (step + 1) % run.checkpoint_every == 0;
-    const bool stopping =
-        (run.stop_after_steps > 0 && step + 1 >= run.stop_after_steps) || train::stop_signal() != 0;
-    if (losses.due() || eval_now || checkpoint_now || stopping) losses.flush(account);
-    if (eval_now) {
-      const double seconds = ms_since(window_start) / 1e3;
-      const double tokens_per_s =
-          static_cast<double>(window_steps * run.batch_size * run.gpt.context) / seconds;
-      val_loss = evaluate();
-      const double train_loss =
-          window_loss / static_cast<double>(std::max<int64_t>(window_steps, 1));
-      const std::string usage =
-          device_monitor ? monitor::progress_text(device_monitor->latest()) : std::string();
-      std::printf("step %lld: train_loss %.4f val_loss=%.4f lr %.2e %.0f tokens/s%s%s\n",
-                  static_cast<long long>(step + 1), train_loss, val_loss, lr, tokens_per_s,
-                  usage.empty() ? "" : "  ", usage.c_str());
-      std::fflush(stdout);
-      nlohmann::ordered_json line = {{"step", step + 1},
-                                     {"train_loss", train_loss},
-                                     {"val_loss", val_loss},
-                                     {"lr", lr},
-                                     {"tokens_per_s", tokens_per_s},
-                                     {"elapsed_s", ms_since(run_start) / 1e3},
-                                     {"layout", layout_json(layout)}};
-      // Since the previous line: utilisation, peaks, energy (null: unmeasured).
-      if (device_monitor) line["monitor"] = monitor_json(device_monitor->take_window());
-      metrics.write(line);
-      window_loss = 0;
-      window_steps = 0;
-      window_start = Clock::now();
-    }
-    if (checkpoint_now) checkpoints.save(step + 1, position_after(step + 1), {});
-    if (stopping) {
-      ++step;
-      const int sig = train::stop_signal();
-      if (sig == 0) {
-        stop("--stop-after-steps");
-        return 0;
-      }
-      stop(train::stop_signal_name(sig));
-      return 128 + sig;
-    }
+    std::printf("stopped_at_step=%lld\n", static_cast<long long>(fit.steps));
+    std::fflush(stdout);
+    return fit.stop_signal != 0 ? 128 + fit.stop_signal : 0;
   }
   profiler.finish();
-  checkpoints.save(step, position_after(step), {});  // the final state: a --resume finds it done
-  if (std::isnan(val_loss)) val_loss = evaluate();   // resumed after the last step
+  if (std::isnan(val_loss)) {  // resumed after the last step
+    NoGradGuard no_grad;
+    model->eval();
+    val_loss = task->evaluate(*model).at("loss");
+    model->train();
+  }
   if (!run.save.empty() && lead) {
     check_finite_parameters(*model, "--save " + run.save);
     std::map<std::string, std::string> meta = {{"format", "pt"},

@@ -90,6 +90,16 @@ Tensor Trainer::train_step(const Tensor& input, const Tensor& target) {
   return loss;
 }
 
+std::map<std::string, double> Trainer::evaluate() {
+  NoGradGuard no_grad;
+  amp::Autocast autocast(options_.amp.value_or(DType::bf16), options_.amp.has_value());
+  const bool was_training = model().is_training();
+  model().eval();
+  std::map<std::string, double> metrics = task_->evaluate(model());
+  model().train(was_training);
+  return metrics;
+}
+
 FitResult Trainer::fit(data::DataLoader& loader) {
   using Clock = std::chrono::steady_clock;
   const char* who = options_.who.c_str();
@@ -174,6 +184,12 @@ FitResult Trainer::fit(data::DataLoader& loader) {
             progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.samples, 1));
         on_batch_end({step, epoch, next, examples_here, running});
       }
+      const bool epoch_ends = next.batch >= steps_per_epoch;
+      if (options_.eval_every > 0 && step % options_.eval_every == 0 && !epoch_ends) {
+        losses.flush(account);  // the losses up to this step, before its report
+        EvalReport report{step, epoch, evaluate()};
+        if (on_eval) on_eval(report);
+      }
       if (options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0) {
         losses.flush(account);  // the checkpoint holds the epoch's loss sum so far
         result.checkpoint = checkpoints.save(step, next, progress);
@@ -198,14 +214,7 @@ FitResult Trainer::fit(data::DataLoader& loader) {
         progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.samples, 1));
     report.lr = progress.samples > 0 ? progress.last_lr : optimizer().lr();
     report.examples_per_s = static_cast<double>(examples_here) / std::max(report.seconds, 1e-9);
-    {
-      NoGradGuard no_grad;
-      amp::Autocast autocast(options_.amp.value_or(DType::bf16), options_.amp.has_value());
-      const bool was_training = model().is_training();
-      model().eval();
-      report.eval = task_->evaluate(model());
-      model().train(was_training);
-    }
+    report.eval = evaluate();
     result.last_epoch = report;
     if (on_epoch) on_epoch(report);
     if (options_.checkpoint_every == 0)

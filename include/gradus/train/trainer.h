@@ -68,6 +68,9 @@ struct TrainerOptions {
   int64_t stop_after_steps = 0;   // stop (with a checkpoint) once this many steps ran in total
   CheckpointOptions checkpoints;  // dir "" = no checkpoints
   int64_t checkpoint_every = 0;   // also every N steps (0: at each epoch's end only)
+  // Also evaluate every N steps (0: at each epoch's end only); reported through on_eval. A step
+  // that ends an epoch is evaluated once, as the epoch's end.
+  int64_t eval_every = 0;
   // The run's configuration as text: stored in each checkpoint, compared on resume.
   std::string config;
   ConfigCheck check_config = note_config_difference;
@@ -104,6 +107,13 @@ struct EpochReport {
   std::map<std::string, double> eval;  // Task::evaluate
 };
 
+// An evaluation between epoch ends (TrainerOptions::eval_every).
+struct EvalReport {
+  int64_t step = 0;
+  int64_t epoch = 0;                   // 0-based
+  std::map<std::string, double> eval;  // Task::evaluate
+};
+
 struct FitResult {
   int64_t steps = 0;     // optimizer steps in total (resumed ones included)
   bool stopped = false;  // by stop_after_steps or a signal, before the last epoch ended
@@ -134,6 +144,7 @@ class Trainer {
   std::function<void(const BatchEnd&)> on_batch_end;
   std::function<void(const StepReport&)> on_step;
   std::function<void(const EpochReport&)> on_epoch;
+  std::function<void(const EvalReport&)> on_eval;
 
   nn::Module& model() { return strategy_->model(); }
   optim::Optimizer& optimizer() { return strategy_->optimizer(); }
@@ -143,6 +154,7 @@ class Trainer {
 
  private:
   Tensor train_step(const Tensor& input, const Tensor& target);
+  std::map<std::string, double> evaluate();
 
   std::shared_ptr<Task> task_;
   TrainerOptions options_;
