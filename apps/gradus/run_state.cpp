@@ -125,4 +125,13 @@ std::vector<std::string> check_resume_config(const std::string& stored, const st
   return notes;
 }
 
+train::Settings rank_settings(const std::string& config) {
+  train::Settings settings;
+  const json j = json::parse(config);
+  for (const auto& [key, value] : j.items()) {
+    if (key != "threads" && key != "device") settings["option." + key] = value.dump();
+  }
+  return settings;
+}
+
 }  // namespace gradus::cli

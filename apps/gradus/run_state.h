@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "gradus/io/checkpoint.h"
+#include "gradus/train/agreement.h"
 
 namespace gradus::cli {
 
@@ -23,6 +24,11 @@ std::string run_config_json(const TrainOptions& o, int threads, const std::strin
 // gradients depend on it), device.
 std::vector<std::string> check_resume_config(const std::string& stored, const std::string& current,
                                              const std::string& checkpoint_path);
+
+// The settings every rank of a data-parallel run must share (the Trainer compares them before
+// training): each key of the run configuration but the thread count and the device, which may
+// differ between ranks.
+train::Settings rank_settings(const std::string& config);
 
 // (The epoch in progress is train::EpochProgress, gradus/train/checkpoints.h.)
 

@@ -240,6 +240,7 @@ int run_train_images(const TrainOptions& options) {
   run.checkpoint_every = o.checkpoint_every;
   run.config = run_config_json(o, get_num_threads(), device.str());
   run.check_config = check_resume_config;
+  run.rank_agreement = rank_settings(run.config);
   run.scheduler = [&o](optim::Optimizer& opt, int64_t total_steps, int64_t per_epoch) {
     return make_scheduler(o, opt, total_steps, per_epoch);
   };

@@ -318,6 +318,7 @@ int run_train_lm(const TrainOptions& o) {
   options.eval_every = run.eval_every;
   options.config = run_config_json(run, get_num_threads(), device.str());
   options.check_config = check_resume_config;
+  options.rank_agreement = rank_settings(options.config);
   options.scheduler = [&run](optim::Optimizer& opt, int64_t, int64_t) {
     return std::make_shared<GptSchedule>(opt, run);
   };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -44,6 +45,14 @@ std::map<std::string, double> ClassificationTask::evaluate(nn::Module& model) {
 }
 
 // ------------------------------------------------------------------------------ trainer
+namespace {
+std::string number_text(double v) {
+  char text[40];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
+}
+}  // namespace
+
 Trainer::Trainer(std::shared_ptr<nn::Module> model, const OptimizerFactory& make_optimizer,
                  std::shared_ptr<Task> task, const TrainerOptions& options,
                  std::unique_ptr<Strategy> strategy)
@@ -69,6 +78,20 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, const OptimizerFactory& make
   GRADUS_CHECK(!options_.cuda_graph || !scaler_.is_enabled(), ValueError, who,
                ": a CUDA-graph step cannot use f16 loss scaling (the scaler decides on the host "
                "whether to skip each step; bf16 needs no scaler)");
+  // The ranks agree on the run before setup's collectives (whose sizes depend on the model).
+  Settings settings = options_.rank_agreement;
+  settings["trainer.model"] = module_signature(*model);
+  settings["trainer.strategy"] = strategy_->name();
+  settings["trainer.amp"] = options_.amp ? dtype_name(*options_.amp) : "off";
+  settings["trainer.max_grad_norm"] = number_text(options_.max_grad_norm);
+  settings["trainer.cuda_graph"] = options_.cuda_graph ? "on" : "off";
+  settings["trainer.epochs"] = std::to_string(options_.epochs);
+  settings["trainer.stop_after_steps"] = std::to_string(options_.stop_after_steps);
+  settings["trainer.checkpoint_dir"] = options_.checkpoints.dir;
+  settings["trainer.checkpoint_every"] = std::to_string(options_.checkpoint_every);
+  settings["trainer.resume"] = options_.checkpoints.resume ? "yes" : "no";
+  settings["trainer.eval_every"] = std::to_string(options_.eval_every);
+  check_ranks_agree(strategy_->group(), settings, who, "checked before training");
   strategy_->setup(std::move(model), make_optimizer);
 }
 
@@ -117,6 +140,11 @@ FitResult Trainer::fit(data::DataLoader& loader) {
     scheduler_ =
         options_.scheduler(optimizer(), steps_per_epoch * options_.epochs, steps_per_epoch);
   }
+  check_ranks_agree(group,
+                    {{"data.examples", std::to_string(loader.dataset().size())},
+                     {"data.batch_size", std::to_string(loader.options().batch_size)},
+                     {"data.batches_per_epoch", std::to_string(steps_per_epoch)}},
+                    who, "checked before training");
   CheckpointOptions ckpt = options_.checkpoints;
   if (ckpt.who == "train") ckpt.who = options_.who;
   const StartPoint start = find_start(ckpt, options_.config, model(), scaler_, optimizer(),
@@ -125,6 +153,10 @@ FitResult Trainer::fit(data::DataLoader& loader) {
   if (options_.cuda_graph) optimizer().set_capturable(true);
   Checkpointer checkpoints(ckpt, model(), optimizer(), scheduler_.get(), scaler_, options_.config,
                            writer);
+  check_ranks_agree(group,
+                    {{"resume.step", std::to_string(start.step)},
+                     {"resume.checkpoint", start.path.empty() ? "(none)" : start.path}},
+                    who, "checked after resuming");
   if (!start.path.empty()) checkpoints.loaded(start.step, start.position, start.path);
   if (checkpoints.enabled()) install_stop_handlers();
 

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "gradus/data/dataloader.h"
+#include "gradus/train/agreement.h"
 #include "gradus/train/checkpoints.h"
 #include "gradus/train/strategy.h"
 
@@ -73,6 +74,10 @@ struct TrainerOptions {
   int64_t eval_every = 0;
   // The run's configuration as text: stored in each checkpoint, compared on resume.
   std::string config;
+  // Settings every data rank must share, besides what the Trainer checks itself (the model's
+  // signature, these options, the data's size, the resume step): compared over the ranks before
+  // the first collective, a difference refused on every rank by name (agreement.h).
+  Settings rank_agreement;
   ConfigCheck check_config = note_config_difference;
   SchedulerFactory scheduler;  // nullptr: a constant learning rate
   std::string who = "train";   // prefixes the messages
