@@ -90,13 +90,24 @@ const char* stop_signal_name(int signal) {
   return signal == SIGINT ? "SIGINT" : signal == SIGHUP ? "SIGHUP" : "SIGTERM";
 }
 
-double agree_on_step(dist::ProcessGroup& group, const Tensor& loss) {
-  Tensor shared =
-      tensor({loss.item(), static_cast<double>(g_stop_signal)}, {2}, {.dtype = DType::f64});
+StepAgreement agree_on_step(dist::ProcessGroup& group, const Tensor& loss) {
+  const int mine = g_stop_signal;  // read once: what this rank contributes is what it decides on
+  Tensor shared = tensor({loss.item(), static_cast<double>(mine), mine != 0 ? 1.0 : 0.0}, {3},
+                         {.dtype = DType::f64});
   group.all_reduce(shared, dist::ReduceOp::sum, "loss")->wait();
   const std::vector<double> v = shared.to_vector<double>();
-  if (v[1] != 0 && g_stop_signal == 0) g_stop_signal = SIGTERM;
-  return v[0] / group.size();
+  StepAgreement agreed;
+  agreed.loss = v[0] / group.size();
+  if (v[2] > 0) {
+    // The signal every requesting rank had (their sum over their count), else SIGTERM.
+    const double each = v[1] / v[2];
+    agreed.stop_signal = each == static_cast<double>(static_cast<int>(each)) &&
+                                 (each == SIGINT || each == SIGTERM || each == SIGHUP)
+                             ? static_cast<int>(each)
+                             : SIGTERM;
+    if (g_stop_signal == 0) g_stop_signal = agreed.stop_signal;
+  }
+  return agreed;
 }
 
 void store_epoch_progress(io::TrainingState& s, const EpochProgress& p) {

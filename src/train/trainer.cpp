@@ -205,9 +205,14 @@ FitResult Trainer::fit(data::DataLoader& loader) {
       // The global batch (each data rank holds an equal slice of it).
       const int64_t n = task_->examples(batch) * group.size();
       examples_here += n;
+      // The stop decision: on a data-parallel run the one the ranks agreed on for this step.
+      int stop_now = 0;
       if (data_parallel) {
-        account({step, lr, n, Tensor()}, agree_on_step(group, loss));
+        const StepAgreement agreed = agree_on_step(group, loss);
+        account({step, lr, n, Tensor()}, agreed.loss);
+        stop_now = agreed.stop_signal;
       } else {
+        stop_now = stop_signal();
         losses.add({step, lr, n, loss.detach()});
         if (losses.due()) losses.flush(account);
       }
@@ -231,9 +236,9 @@ FitResult Trainer::fit(data::DataLoader& loader) {
         stop(next, progress, 0);
         return result;
       }
-      if (stop_signal() != 0) {
+      if (stop_now != 0) {
         losses.flush(account);
-        stop(next, progress, stop_signal());
+        stop(next, progress, stop_now);
         return result;
       }
     }

@@ -29,9 +29,16 @@ void request_stop(int signal);
 const char* stop_signal_name(int signal);
 
 // After a step of a data-parallel run (collective over the data ranks): the global batch's loss,
-// the mean of the ranks' shares, and a stop request on any rank made every rank's, so all ranks
-// stop after this same step. A read and one exchange every step.
-double agree_on_step(dist::ProcessGroup& group, const Tensor& loss);
+// the mean of the ranks' shares, and whether to stop after this step: a stop request that any
+// rank had when it entered the exchange (the signal, or SIGTERM where the ranks' signals
+// differ), 0 for none. A loop must stop on stop_signal, not on its own flag: a signal landing
+// after the exchange would stop one rank alone; it is agreed at the next step's exchange. A read
+// and one exchange every step.
+struct StepAgreement {
+  double loss = 0;
+  int stop_signal = 0;
+};
+StepAgreement agree_on_step(dist::ProcessGroup& group, const Tensor& loss);
 
 // The epoch in progress: its running loss sum, examples seen and the lr of its last step (what an
 // epoch summary prints), stored exactly (hex floats) in the checkpoint's extra metadata.

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A stop signal that reaches one rank stops the whole job after one agreed step: SIGTERM to rank 1
+# alone (3 trials, at whatever step it lands) makes both ranks report the same step, write one
+# checkpoint there and exit 143; --resume then finishes the run. (Before the ranks decided on the
+# exchanged request, a signal landing just after a step's exchange stopped rank 1 alone and rank 0
+# timed out in the next all-reduce: 2 of 4 trials.)
+# usage: collective_stop.sh GRADUS MPIRUN DATA_DIR
+set -uo pipefail
+gradus=$1
+mpirun=$2
+data=$3
+work=$(mktemp -d)
+trap 'pkill -f "$work" 2>/dev/null; rm -rf "$work"' EXIT
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+args=(train --model mlp --epochs 3 --threads 1 --batch-size 32 --limit-train 30000 --limit-test 500
+  --no-progress --dist ddp --data-dir "$data" --checkpoint-every 100)
+landed=0
+for trial in 1 2 3; do
+  dir=$work/ckpt$trial
+  timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
+    -np 2 "$gradus" "${args[@]}" --checkpoint-dir "$dir" >"$work/log$trial" 2>&1 &
+  job=$!
+  # Once training runs (the first checkpoint is there), a little later on each trial.
+  for _ in $(seq 300); do [ -n "$(ls "$dir" 2>/dev/null)" ] && break; sleep 0.1; done
+  [ -n "$(ls "$dir" 2>/dev/null)" ] || fail "trial $trial: training did not start: $(cat "$work/log$trial")"
+  sleep "0.$((trial * 3))"
+  victim=$(pgrep -f -- "--checkpoint-dir $dir" | sort -n | tail -1)
+  [ -n "$victim" ] || fail "trial $trial: no rank process found"
+  kill -TERM "$victim"
+  wait "$job"
+  rc=$?
+  log=$(cat "$work/log$trial")
+  [ "$rc" = 143 ] || fail "trial $trial: exit $rc, expected 143: $log"
+  steps=$(grep -o 'stopped after step [0-9]* (SIGTERM)' <<<"$log" | sort -u)
+  [ "$(grep -c 'stopped after step' <<<"$log")" = 2 ] && [ "$(wc -l <<<"$steps")" = 1 ] ||
+    fail "trial $trial: the ranks did not stop together: $log"
+  step=$(grep -o '[0-9]*' <<<"$steps" | head -1)
+  [ -f "$dir/ckpt-$(printf %010d "$step").safetensors" ] ||
+    fail "trial $trial: no checkpoint at step $step: $(ls "$dir")"
+  landed=$((landed + 1))
+done
+# The last trial's run resumes and ends.
+out=$(timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
+  -np 2 "$gradus" "${args[@]}" --checkpoint-dir "$work/ckpt3" --resume 2>&1) ||
+  fail "the resumed run failed: $out"
+grep -q "resuming from" <<<"$out" && grep -q "test_accuracy=" <<<"$out" ||
+  fail "the resumed run did not resume and finish: $out"
+echo "collective_stop: the signal to one rank landed $landed of 3 times, each time both ranks stopped at one step with one checkpoint, and the run resumed PASS"
