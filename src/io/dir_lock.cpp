@@ -1,13 +1,18 @@
 #include "gradus/io/dir_lock.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <thread>
 
 #include "gradus/core/error.h"
 
@@ -27,19 +32,53 @@ void make_directories(const std::string& dir, const std::string& what) {
 
 }  // namespace
 
+namespace {
+
+// The pid in a lock file's text, or 0.
+long holder_pid(const std::string& text) {
+  char* end = nullptr;
+  const long pid = std::strtol(text.c_str(), &end, 10);
+  return pid > 0 && end != nullptr && *end == '\0' ? pid : 0;
+}
+
+// Whether the holder has ended but not yet let go: gone, or a zombie whose other threads are
+// still exiting (a run killed with SIGKILL holds its files for a moment while its threads die).
+bool holder_is_dying(long pid) {
+  if (pid <= 0) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return false;
+  const char state = line[close + 2];
+  return state == 'Z' || state == 'X';
+}
+
+// How long a dying holder is waited for before the directory is reported in use.
+constexpr std::chrono::seconds kDyingHolderWait{10};
+
+}  // namespace
+
 DirectoryLock::DirectoryLock(const std::string& dir)
     : path_((std::filesystem::path(dir) / ".gradus.lock").string()) {
   make_directories(dir, "checkpoint directory");
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   GRADUS_CHECK(fd_ >= 0, IOError, "cannot open the lock file '", path_, "': ", errno_text(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+  const auto give_up = std::chrono::steady_clock::now() + kDyingHolderWait;
+  while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     char pid[32] = {0};
     const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
-    ::close(fd_);
-    fd_ = -1;
     std::string holder = n > 0 ? std::string(pid, static_cast<size_t>(n)) : std::string("?");
     while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    if (err == EWOULDBLOCK && holder_is_dying(holder_pid(holder)) &&
+        std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    ::close(fd_);
+    fd_ = -1;
     GRADUS_CHECK(err != EWOULDBLOCK, IOError, "the checkpoint directory '", dir,
                  "' is in use by another run (pid ", holder, ", lock file ", path_,
                  "); two runs writing one directory would overwrite each other's checkpoints. "

@@ -2,12 +2,14 @@
 // temp files and corrupt files, a SIGKILL at random moments of a save loop, and an exact resume
 // of a real model + optimizer + scheduler.
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <random>
 #include <thread>
@@ -387,6 +389,73 @@ TEST_F(Checkpoint, DirectoryLockAdmitsOneWriter) {
   io::DirectoryLock again(d);  // released with `first`
   EXPECT_THROW(io::probe_writable_directory("/proc", "test", false), IOError);
   io::probe_writable_directory(d, "test", false);
+}
+
+// A holder that has died but not yet let go (a zombie whose other threads are still exiting, as a
+// run killed with SIGKILL is for a moment) is waited for: a restart right after a kill gets the
+// directory. A live holder in another process is still refused at once.
+TEST_F(Checkpoint, DirectoryLockWaitsForADyingHolder) {
+  const std::string d = path("dying");
+  auto state_of = [](pid_t pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    return close == std::string::npos || close + 2 >= line.size() ? '?' : line[close + 2];
+  };
+  for (const bool dying : {false, true}) {
+    int ready[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::close(ready[0]);
+      io::DirectoryLock held(d);
+      ASSERT_EQ(::write(ready[1], "x", 1), 1);
+      if (!dying) {
+        ::sleep(3);
+        ::_exit(0);
+      }
+      // The main thread ends alone (the leader becomes a zombie); a second thread keeps the
+      // process's files, the lock among them, for 1.5 s.
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        ::_exit(0);
+      }).detach();
+      ::syscall(SYS_exit, 0);
+    }
+    ::close(ready[1]);
+    char c = 0;
+    ASSERT_EQ(::read(ready[0], &c, 1), 1);
+    ::close(ready[0]);
+    if (dying) {
+      for (int i = 0; i < 200 && state_of(child) != 'Z'; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      ASSERT_EQ(state_of(child), 'Z') << "the holder did not become a zombie";
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    if (dying) {
+      io::DirectoryLock mine(d);  // waits for the dying holder to let go
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      EXPECT_GT(waited, 0.2) << "the lock was free at once: the holder never held it dying";
+      EXPECT_LT(waited, 9.0);
+    } else {
+      try {
+        io::DirectoryLock mine(d);
+        ADD_FAILURE() << "a live holder's directory was granted";
+      } catch (const IOError& e) {
+        EXPECT_NE(std::string(e.what()).find("pid " + std::to_string(child)), std::string::npos)
+            << e.what();
+      }
+      EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0)
+          << "a live holder was waited for";
+      ::kill(child, SIGKILL);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+  }
 }
 
 // Train 3 steps, checkpoint, train 2 more; a fresh model/optimizer/scheduler restored from the
