@@ -183,11 +183,13 @@ int run_train_images(const TrainOptions& options) {
     // Weights from an earlier run's --save (or any safetensors file with this model's names):
     // every name must match, so a file for another model is an error, not a partial load.
     io::load_module(*model, o.init_from);
-    std::fprintf(stderr, "gradus train: --init-from %s: loaded %zu tensors\n", o.init_from.c_str(),
-                 model->state_dict().size());
+    if (lead) {
+      std::fprintf(stderr, "gradus train: --init-from %s: loaded %zu tensors\n",
+                   o.init_from.c_str(), model->state_dict().size());
+    }
   }
   for (const std::string& prefix : o.freeze) {
-    std::fprintf(stderr, "gradus train: --freeze %s: frozen\n", prefix.c_str());
+    if (lead) std::fprintf(stderr, "gradus train: --freeze %s: frozen\n", prefix.c_str());
   }
   if (o.batch_size_auto) {
     o.batch_size = auto_batch_size(
@@ -255,21 +257,23 @@ int run_train_images(const TrainOptions& options) {
   const RunLayout layout{
       .world = world.size, .data = world.size, .strategy = trainer.strategy().name()};
   if (lead) std::fprintf(stderr, "gradus train: %s\n", layout_text(layout).c_str());
-  std::fprintf(stderr,
-               "gradus train: model %s (%lld parameters), %s %lld train / %lld test examples, "
-               "device %s, %d threads, %s lr %g, batch %lld, %d epochs%s%s%s%s\n",
-               o.model.c_str(), static_cast<long long>(model->num_parameters()), o.data.c_str(),
-               static_cast<long long>(train_set->size()), static_cast<long long>(test_set->size()),
-               device.str().c_str(), get_num_threads(), o.optimizer.c_str(), lr,
-               static_cast<long long>(o.batch_size), o.epochs,
-               o.deterministic ? ", deterministic" : "",
-               amp_dtype ? (", --amp " + o.amp).c_str() : "",
-               o.detect_anomaly ? ", anomaly detection on" : "",
-               distributed ? (", --dist " + o.dist + " over " + std::to_string(world.size) +
-                              " rank(s) (" + world.launcher + "), " +
-                              std::to_string(o.batch_size / world.size) + " examples per rank")
-                                 .c_str()
-                           : "");
+  if (lead) {
+    std::fprintf(stderr,
+                 "gradus train: model %s (%lld parameters), %s %lld train / %lld test examples, "
+                 "device %s, %d threads, %s lr %g, batch %lld, %d epochs%s%s%s%s\n",
+                 o.model.c_str(), static_cast<long long>(model->num_parameters()), o.data.c_str(),
+                 static_cast<long long>(train_set->size()),
+                 static_cast<long long>(test_set->size()), device.str().c_str(), get_num_threads(),
+                 o.optimizer.c_str(), lr, static_cast<long long>(o.batch_size), o.epochs,
+                 o.deterministic ? ", deterministic" : "",
+                 amp_dtype ? (", --amp " + o.amp).c_str() : "",
+                 o.detect_anomaly ? ", anomaly detection on" : "",
+                 distributed ? (", --dist " + o.dist + " over " + std::to_string(world.size) +
+                                " rank(s) (" + world.launcher + "), " +
+                                std::to_string(o.batch_size / world.size) + " examples per rank")
+                                   .c_str()
+                             : "");
+  }
   if (!lead) std::freopen("/dev/null", "w", stdout);  // one voice: rank 0 reports
 
   // Peak bytes held by tensors on the training device since the epoch began.
@@ -361,9 +365,11 @@ int run_train_images(const TrainOptions& options) {
     // A clean stop (--stop-after-steps or SIGINT/SIGTERM/SIGHUP) with its checkpoint.
     const char* why =
         fit.stop_signal != 0 ? train::stop_signal_name(fit.stop_signal) : "--stop-after-steps";
-    std::fprintf(stderr, "gradus train: stopped after step %lld (%s)%s%s\n",
-                 static_cast<long long>(fit.steps), why,
-                 fit.checkpoint.empty() ? "" : "; checkpoint ", fit.checkpoint.c_str());
+    if (lead) {
+      std::fprintf(stderr, "gradus train: stopped after step %lld (%s)%s%s\n",
+                   static_cast<long long>(fit.steps), why,
+                   fit.checkpoint.empty() ? "" : "; checkpoint ", fit.checkpoint.c_str());
+    }
     std::printf("stopped_at_step=%lld\n", static_cast<long long>(fit.steps));
     std::fflush(stdout);
     return fit.stop_signal != 0 ? 128 + fit.stop_signal : 0;

@@ -187,6 +187,10 @@ StartPoint find_start(const CheckpointOptions& o, const std::string& config, nn:
                       amp::GradScaler& scaler, optim::Optimizer& optimizer,
                       optim::LRScheduler* scheduler, const ConfigCheck& check_config) {
   const char* who = o.who.c_str();
+  // Progress lines from one rank only (the others resume the same way, silently).
+  auto say = [&o](const char* format, auto... args) {
+    if (o.report) std::fprintf(stderr, format, args...);
+  };
   StartPoint start;
   if (o.dir.empty()) return start;
   const auto all = io::list_checkpoints(o.dir);
@@ -199,8 +203,7 @@ StartPoint find_start(const CheckpointOptions& o, const std::string& config, nn:
   }
   const int stale = dist::rank() == 0 ? remove_stale_temp_files(o.dir) : 0;
   if (stale > 0) {
-    std::fprintf(stderr, "%s: removed %d temp file(s) of interrupted checkpoint writes\n", who,
-                 stale);
+    say("%s: removed %d temp file(s) of interrupted checkpoint writes\n", who, stale);
   }
   // The newest checkpoint that loads and verifies (checksums, metadata, finite values); newer
   // ones that do not are named and skipped.
@@ -213,25 +216,23 @@ StartPoint find_start(const CheckpointOptions& o, const std::string& config, nn:
                     "\nInspect them with `gradus inspect FILE`; pass --resume-or-start to start "
                     "from step 0 anyway (the damaged files are kept)");
     }
-    std::fprintf(stderr, "%s: --resume-or-start: %s\n%s: starting at step 0\n", who, e.what(), who);
+    say("%s: --resume-or-start: %s\n%s: starting at step 0\n", who, e.what(), who);
     return start;
   }
   if (!good) {
-    std::fprintf(stderr, "%s: --resume: no checkpoint in '%s' yet; starting at step 0\n", who,
-                 o.dir.c_str());
+    say("%s: --resume: no checkpoint in '%s' yet; starting at step 0\n", who, o.dir.c_str());
     return start;
   }
   for (const auto& [path, why] : good->skipped) {
-    std::fprintf(stderr, "%s: --resume: skipping %s: %s\n", who, path.c_str(), why.c_str());
+    say("%s: --resume: skipping %s: %s\n", who, path.c_str(), why.c_str());
   }
   if (!good->skipped.empty()) {
-    std::fprintf(stderr, "%s: --resume: falling back to %s, the newest good checkpoint\n", who,
-                 good->path.c_str());
+    say("%s: --resume: falling back to %s, the newest good checkpoint\n", who, good->path.c_str());
   }
   const std::optional<std::string> latest = good->path;
   const io::TrainingState& state = good->state;
   for (const std::string& note : check_config(state.config, config, *latest)) {
-    std::fprintf(stderr, "%s: warning: %s\n", who, note.c_str());
+    say("%s: warning: %s\n", who, note.c_str());
   }
   // (A sharded optimizer takes this rank's shard of the whole state.)
   io::restore_training_state(state, model, &optimizer, scheduler, /*restore_rng=*/true);
@@ -241,10 +242,9 @@ StartPoint find_start(const CheckpointOptions& o, const std::string& config, nn:
   start.position = {state.epoch, state.batch_index};
   start.progress = load_epoch_progress(state);
   start.path = *latest;
-  std::fprintf(stderr, "%s: resuming from %s (step %lld, epoch %lld, batch %lld)\n", who,
-               latest->c_str(), static_cast<long long>(start.step),
-               static_cast<long long>(start.position.epoch + 1),
-               static_cast<long long>(start.position.batch));
+  say("%s: resuming from %s (step %lld, epoch %lld, batch %lld)\n", who, latest->c_str(),
+      static_cast<long long>(start.step), static_cast<long long>(start.position.epoch + 1),
+      static_cast<long long>(start.position.batch));
   return start;
 }
 

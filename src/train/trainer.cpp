@@ -147,6 +147,7 @@ FitResult Trainer::fit(data::DataLoader& loader) {
                     who, "checked before training");
   CheckpointOptions ckpt = options_.checkpoints;
   if (ckpt.who == "train") ckpt.who = options_.who;
+  ckpt.report = ckpt.report && writer;  // one rank reports for the world
   const StartPoint start = find_start(ckpt, options_.config, model(), scaler_, optimizer(),
                                       scheduler_.get(), options_.check_config);
   // A replayed step reads its learning rate and step count from the device.

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A stop signal that reaches one rank stops the whole job after one agreed step: SIGTERM to rank 1
-# alone (3 trials, at whatever step it lands) makes both ranks report the same step, write one
-# checkpoint there and exit 143; --resume then finishes the run. (Before the ranks decided on the
-# exchanged request, a signal landing just after a step's exchange stopped rank 1 alone and rank 0
-# timed out in the next all-reduce: 2 of 4 trials.)
+# alone (3 trials, at whatever step it lands) makes both ranks stop after the same step (rank 0
+# reports it), write one checkpoint there and exit 143; --resume then finishes the run. (Before
+# the ranks decided on the exchanged request, a signal landing just after a step's exchange
+# stopped rank 1 alone and rank 0 timed out in the next all-reduce: 2 of 4 trials.)
 # usage: collective_stop.sh GRADUS MPIRUN DATA_DIR
 set -uo pipefail
 gradus=$1
@@ -34,9 +34,12 @@ for trial in 1 2 3; do
   rc=$?
   log=$(cat "$work/log$trial")
   [ "$rc" = 143 ] || fail "trial $trial: exit $rc, expected 143: $log"
+  # Rank 0 reports (after rank 1's signal reached it through the step's exchange); a rank that
+  # went on alone would have timed out in the next all-reduce instead of exiting 143.
   steps=$(grep -o 'stopped after step [0-9]* (SIGTERM)' <<<"$log" | sort -u)
-  [ "$(grep -c 'stopped after step' <<<"$log")" = 2 ] && [ "$(wc -l <<<"$steps")" = 1 ] ||
-    fail "trial $trial: the ranks did not stop together: $log"
+  [ "$(grep -c 'stopped after step' <<<"$log")" = 1 ] && [ "$(wc -l <<<"$steps")" = 1 ] ||
+    fail "trial $trial: not one stop report: $log"
+  grep -q "timed out" <<<"$log" && fail "trial $trial: a rank went on alone: $log"
   step=$(grep -o '[0-9]*' <<<"$steps" | head -1)
   [ -f "$dir/ckpt-$(printf %010d "$step").safetensors" ] ||
     fail "trial $trial: no checkpoint at step $step: $(ls "$dir")"

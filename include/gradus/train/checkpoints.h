@@ -60,6 +60,7 @@ struct CheckpointOptions {
   // With resume: when every checkpoint is damaged, start at step 0 instead of failing.
   bool resume_or_start = false;
   std::string who = "train";  // prefixes the messages
+  bool report = true;         // print what a resume finds and does (one rank of many: false)
 };
 
 // Writes the checkpoints of one run; skips a save that would repeat the last one exactly.
