@@ -70,6 +70,16 @@ constexpr TrainTask kTrainTasks[] = {
 }  // namespace
 
 int run_train(const TrainOptions& options) {
+  // Launch mistakes that would train several unrelated runs side by side, refused up front.
+  const dist::LaunchEnvironment launch = dist::launch_environment();
+  GRADUS_CHECK(!launch.srun_without_pmi, ValueError, "train: srun started ", launch.processes,
+               " tasks without a PMI to join them (each would be a world of one training "
+               "alone); launch with `srun --mpi=pmix`");
+  GRADUS_CHECK(launch.processes == 1 || !options.dist.empty() || options.tp > 1 || options.pp > 1,
+               ValueError, "train: ", launch.processes,
+               " processes were launched but no parallel option was given: each would train "
+               "the whole run alone. Add --dist ddp|ps|zero1 (or --tp/--pp), or launch one "
+               "process");
   for (const TrainTask& task : kTrainTasks) {
     if (task.accepts(options)) return task.run(options);
   }

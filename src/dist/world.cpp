@@ -2,6 +2,7 @@
 // tensors through NCCL (nccl_group.cpp), a world of one without either.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <mutex>
@@ -46,6 +47,11 @@ std::string detect_launcher() {
   return "none";
 }
 
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::atoi(v) : 0;
+}
+
 void check_mpi(int rc, const char* call) {
   if (rc != MPI_SUCCESS) {
     throw DistError(std::string("dist::init: ") + call +
@@ -85,6 +91,17 @@ const char* reduce_op_name(ReduceOp op) {
       return "min";
   }
   return "?";
+}
+
+LaunchEnvironment launch_environment() {
+  LaunchEnvironment e;
+  const int mpi = std::max(env_int("OMPI_COMM_WORLD_SIZE"), env_int("PMI_SIZE"));
+  // srun sets the step's task count for every process of the step (a batch script's own shell
+  // is no step of several tasks).
+  const int srun = env_int("SLURM_STEP_NUM_TASKS");
+  e.processes = std::max({1, mpi, srun});
+  e.srun_without_pmi = srun > 1 && mpi == 0 && !env_set("PMIX_RANK") && !env_set("PMI_RANK");
+  return e;
 }
 
 const World& init(const InitOptions& options) {

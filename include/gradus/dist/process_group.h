@@ -65,6 +65,16 @@ struct InitOptions {
   double heartbeat_silence_seconds = 0.0;
 };
 
+// What the launcher's environment says, read without initialising MPI: how many processes it
+// started (OMPI_COMM_WORLD_SIZE / PMI_SIZE under mpirun, SLURM_STEP_NUM_TASKS under srun; 1
+// without a launcher) and whether srun started them without a PMI that would join them into one
+// world (srun without --mpi=pmix: each process would be a world of one).
+struct LaunchEnvironment {
+  int processes = 1;
+  bool srun_without_pmi = false;
+};
+LaunchEnvironment launch_environment();
+
 // Reads the world from the launcher's environment (OpenMPI's mpirun/mpiexec, Slurm's srun with
 // PMI/PMIx) and initialises MPI; without a launcher, a world of one with no MPI at all. Calling it
 // again returns the same world. With a CUDA build and a GPU, each rank's default CUDA device
