@@ -28,6 +28,9 @@ void check_save_path(const std::string& save, bool probe) {
   std::error_code ec;
   GRADUS_CHECK(parent.empty() || std::filesystem::is_directory(parent, ec), IOError,
                "train: --save ", save, ": the directory '", parent.string(), "' does not exist");
+  GRADUS_CHECK(!std::filesystem::is_directory(save, ec), IOError, "train: --save ", save,
+               " is a directory; give the path of the weights file to write (e.g. ", save,
+               "/model.safetensors)");
   if (probe) io::probe_writable_directory(parent.string(), "train: --save " + save, false);
 }
 

@@ -40,7 +40,8 @@ std::string detect_launcher() {
   if (env_set("OMPI_COMM_WORLD_SIZE") || env_set("PMI_SIZE") || env_set("MPI_LOCALNRANKS")) {
     return "mpirun";
   }
-  // srun --mpi=pmix / pmi2 sets these next to SLURM_PROCID; a plain sbatch shell has only the
+  // srun --mpi=pmix sets these next to SLURM_PROCID (Debian's OpenMPI has no PMI-2 support, so
+  // --mpi=pmi2 does not join the ranks there); a plain sbatch shell has only the
   // SLURM_ variables and is one process.
   if (env_set("SLURM_PROCID") && (env_set("PMIX_RANK") || env_set("PMI_RANK"))) return "srun";
   if (env_set("PMIX_RANK")) return "mpirun";
