@@ -225,9 +225,12 @@ int run_train_images(const TrainOptions& options) {
   // failed above, before the dataset is read.
   std::shared_ptr<data::TensorDataset> train_set = load_image_split(o, /*train=*/true);
   std::shared_ptr<data::TensorDataset> test_set = load_image_split(o, /*train=*/false);
+  // An incomplete last batch is dropped at every world size (N ranks cannot share it equally),
+  // so one command trains the same at any world size.
   data::DataLoader train_loader(train_set, {.batch_size = o.batch_size,
                                             .shuffle = true,
                                             .seed = o.seed,
+                                            .drop_last = true,
                                             .device = device,
                                             .num_workers = o.workers,
                                             .rank = world.rank,
