@@ -3,9 +3,14 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
+#include <thread>
 
 #include "dist/group_impl.h"
 #include "dist/mpi_engine.h"
@@ -117,6 +122,29 @@ const World& init(const InitOptions& options) {
   s.world.launcher = detect_launcher();
   if (s.world.uses_mpi()) {
     prefer_ring_all_reduce();
+    // The start-up watchdog: MPI_Init blocks until every rank has called it, with no timeout of
+    // its own. Disarmed once the first collective over the world (the split below) returns.
+    const double startup = options.startup_timeout_seconds > 0 ? options.startup_timeout_seconds
+                                                               : 2 * options.timeout_seconds;
+    auto started = std::make_shared<std::atomic<bool>>(false);
+    std::thread([started, startup] {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(startup);
+      while (std::chrono::steady_clock::now() < until) {
+        if (started->load()) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      if (started->load()) return;
+      const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+      if (rank == nullptr) rank = std::getenv("PMIX_RANK");
+      std::fprintf(stderr,
+                   "gradus: error on rank %s: dist::init: the ranks did not all start within %g s "
+                   "(MPI_Init and the first exchange): a rank did not start, exited, or is stuck "
+                   "before it. Ending this process so that the launcher ends the job (raise "
+                   "--dist-timeout if start-up is that slow)\n",
+                   rank != nullptr ? rank : "?", startup);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }).detach();
     int provided = 0;
     check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
               "MPI_Init_thread");
@@ -130,6 +158,7 @@ const World& init(const InitOptions& options) {
     check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s.world.rank, MPI_INFO_NULL,
                                   &node),
               "MPI_Comm_split_type");
+    started->store(true);  // every rank has joined
     MPI_Comm_rank(node, &s.world.local_rank);
     MPI_Comm_size(node, &s.world.local_size);
     MPI_Comm_free(&node);

@@ -63,6 +63,10 @@ struct InitOptions {
   double timeout_seconds = 60.0;
   // A peer not heard from for this long is reported as not answering (0: min(5 s, timeout/2)).
   double heartbeat_silence_seconds = 0.0;
+  // Start-up (MPI_Init and the first exchange of every rank) must end within this long, or this
+  // process exits naming the cause and the launcher ends the job: a rank that never starts would
+  // otherwise keep the others in MPI_Init forever. 0: twice timeout_seconds.
+  double startup_timeout_seconds = 0.0;
 };
 
 // What the launcher's environment says, read without initialising MPI: how many processes it
