@@ -150,9 +150,12 @@ int run_train_model_parallel(const TrainOptions& options) {
 
   auto train_set = load_image_split(o, /*train=*/true);
   auto test_set = load_image_split(o, /*train=*/false);
+  // An incomplete last batch is dropped at every world size (as the other tasks do), so no
+  // batch is ever smaller than --micro-batches can cut.
   data::DataLoader loader(train_set, {.batch_size = o.batch_size,
                                       .shuffle = true,
                                       .seed = o.seed,
+                                      .drop_last = true,
                                       .device = device,
                                       .num_workers = o.workers,
                                       .rank = groups.data_rank,
@@ -170,6 +173,19 @@ int run_train_model_parallel(const TrainOptions& options) {
                static_cast<long long>(pipe.stage().num_parameters()), o.micro_batches,
                o.schedule.c_str(), static_cast<long long>(o.batch_size),
                static_cast<long long>(local_batch));
+  // Batch norm inside a pipeline normalises each micro-batch with its own statistics (as GPipe
+  // does), so it trains differently from one process on the whole batch: say so.
+  bool has_batch_norm = false;
+  for (const auto& [name, m] : model->named_modules()) {
+    has_batch_norm = has_batch_norm || dynamic_cast<nn::BatchNorm2d*>(m.get()) != nullptr;
+  }
+  if (lead && has_batch_norm && o.micro_batches > 1) {
+    std::fprintf(stderr,
+                 "gradus train: note: --model %s has batch norm, which normalises each of the %d "
+                 "micro-batches with its own statistics (as GPipe does): the run differs from one "
+                 "process on the whole batch\n",
+                 o.model.c_str(), o.micro_batches);
+  }
   // The replicas' gradients are all-reduced after each backward (dist::average_gradients).
   const RunLayout layout{.world = world.size,
                          .data = dp,
