@@ -45,7 +45,6 @@ void check_supported(const TrainOptions& o) {
   refuse(!o.freeze.empty(), "--freeze");
   refuse(!o.profile.empty(), "--profile");
   refuse(o.stop_after_steps > 0, "--stop-after-steps");
-  refuse(o.tp > 1 && !o.save.empty(), "--save with --tp");
   refuse(o.cuda_graph, "--cuda-graph (each step exchanges activations between ranks)");
 }
 
@@ -277,25 +276,41 @@ int run_train_model_parallel(const TrainOptions& options) {
                    {"device", device.str()}});
   }
   if (!o.save.empty()) {
-    // Every stage's layers to the whole model on rank 0: each parameter and buffer is broadcast
-    // over the pipeline group from the stage that owns it.
-    const nn::StateDict whole = model->state_dict();
+    // The one-process weights on rank 0, under the one-process names: each tensor-parallel
+    // layer's full weights gathered over its tensor group (every stage does so for every such
+    // layer, a collective in its own group, so the shapes are known everywhere), then each
+    // tensor broadcast over the pipeline group from the stage that trained it.
     std::vector<int> owner_of_layer;
     for (int s = 0; s < pipe.num_stages(); ++s) {
       for (int64_t l = 0; l < pipe.partition()[static_cast<size_t>(s)]; ++l) {
         owner_of_layer.push_back(s);
       }
     }
-    std::map<std::string, int> stage_of;  // layer name -> owning stage
+    std::vector<std::pair<std::string, Tensor>> whole;
     const auto layers = model->named_children();
-    for (size_t l = 0; l < layers.size(); ++l) stage_of[layers[l].first] = owner_of_layer[l];
-    for (const auto& [name, t] : whole) {
-      const int owner = stage_of.at(name.substr(0, name.find('.')));
-      pipe.group().broadcast(t.detach(), owner, name)->wait();
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const auto& [layer, module] = layers[l];
+      nn::StateDict part;
+      if (auto* column = dynamic_cast<dist::ColumnParallelLinear*>(module.get())) {
+        part = column->full_state_dict();
+      } else if (auto* row = dynamic_cast<dist::RowParallelLinear*>(module.get())) {
+        part = row->full_state_dict();
+      } else {
+        part = module->state_dict();
+      }
+      for (const auto& [name, t] : part) {
+        const Tensor full = t.detach().contiguous();
+        pipe.group().broadcast(full, owner_of_layer[l], layer + "." + name)->wait();
+        whole.emplace_back(layer + "." + name, full);
+      }
     }
     if (lead) {
-      check_finite_parameters(*model, "--save " + o.save);
-      io::save_module(*model, o.save, {{"format", "pt"}, {"gradus.model", o.model}});
+      for (const auto& [name, t] : whole) {
+        const int64_t bad = t.numel() - static_cast<int64_t>(sum(isfinite(t)).item());
+        GRADUS_CHECK(bad == 0, ValueError, "train: --save ", o.save, ": not written: '", name,
+                     "' holds ", bad, " non-finite value(s) (training diverged: lower --lr)");
+      }
+      io::save_safetensors(o.save, whole, {{"format", "pt"}, {"gradus.model", o.model}});
       std::fprintf(stderr, "gradus train: wrote the final weights to %s\n", o.save.c_str());
     }
   }

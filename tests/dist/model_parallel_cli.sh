@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gradus train --tp/--pp/--micro-batches/--schedule: every layout of 1-4 ranks trains the MLP to
 # what one process trains (the same epoch losses and test accuracy to the 4 printed decimals; the
-# micro-batches only change float32 summation order), --save gathers the whole model (the same
-# tensors as one process's file), and bad layouts stop every rank with a message, never hang.
+# micro-batches only change float32 summation order), --save gathers the whole model,
+# tensor-parallel slices included (one process's tensors and values, within 1e-4), and bad layouts
+# stop every rank with a message, never hang.
 #
 # usage: model_parallel_cli.sh GRADUS_BINARY MPIRUN
 set -euo pipefail
@@ -26,21 +27,23 @@ layouts=0
 for layout in "2 --pp 2 --micro-batches 4" "2 --pp 2 --micro-batches 3 --schedule gpipe" \
               "2 --tp 2" "3 --pp 3 --micro-batches 2" "4 --pp 2 --micro-batches 2" \
               "4 --tp 2 --pp 2 --micro-batches 4" "4 --pp 4 --micro-batches 8"; do
-  save=(--save "$work/w.safetensors")
-  [[ "$layout" != *--tp* ]] || save=()  # --save with --tp is refused (not gathered yet)
+  rm -f "$work/w.safetensors"
   # shellcheck disable=SC2086
-  got=$(run $layout "${save[@]}")
+  got=$(run $layout --save "$work/w.safetensors")
   if [ "$got" != "$reference" ]; then
     echo "FAIL: -np $layout trained differently:"; echo "$got"; echo "expected:"; echo "$reference"
     cat "$work/err"; exit 1
   fi
-  # The stages' layers gathered into one file: the one-process file's names, dtypes and shapes.
-  if [[ "$layout" != *--tp* ]]; then
-    "$gradus" inspect "$work/w.safetensors" --json > "$work/w.json"
-    "$gradus" inspect "$work/one.safetensors" --json > "$work/one.json"
-    cmp -s <(sed "s/.*\"tensors\"://" "$work/w.json") <(sed "s/.*\"tensors\"://" "$work/one.json") ||
-      { echo "FAIL: -np $layout saved a different set of tensors"; exit 1; }
-  fi
+  # The stages' layers and the tensor-parallel slices gathered into one file: the one-process
+  # file's names, dtypes and shapes, and its values (within float32 summation order).
+  "$gradus" inspect "$work/w.safetensors" --json > "$work/w.json"
+  "$gradus" inspect "$work/one.safetensors" --json > "$work/one.json"
+  cmp -s <(sed "s/.*\"tensors\"://" "$work/w.json") <(sed "s/.*\"tensors\"://" "$work/one.json") ||
+    { echo "FAIL: -np $layout saved a different set of tensors"; exit 1; }
+  worst=$("$gradus" inspect "$work/w.safetensors" --compare "$work/one.safetensors" |
+    sed -n 's/^max_relative_difference=//p')
+  awk -v w="$worst" 'BEGIN { exit !(w != "" && w + 0 <= 1e-4) }' ||
+    { echo "FAIL: -np $layout saved weights $worst (relative) from one process's"; exit 1; }
   layouts=$((layouts + 1))
   echo "ok: -np $layout"
 done
