@@ -20,6 +20,7 @@
 #include "gradus/gradus.h"
 #include "gradus/io/io.h"
 #include "gradus/nn/models.h"
+#include "gradus/train/strategy.h"
 #include "progress.h"
 #include "timing.h"
 #include "train_augment.h"
@@ -36,7 +37,6 @@ void check_supported(const TrainOptions& o) {
     GRADUS_CHECK(!bad, ValueError, "train: ", what,
                  " is not supported with --tp/--pp (model-parallel training)");
   };
-  refuse(!o.dist.empty(), "--dist (the ranks left over by --tp/--pp are already data-parallel)");
   refuse(!o.checkpoint_dir.empty() || o.resume || o.resume_or_start, "--checkpoint-dir/--resume");
   refuse(o.amp != "off", "--amp");
   refuse(o.grad_checkpoint > 0, "--grad-checkpoint");
@@ -106,10 +106,10 @@ int run_train_model_parallel(const TrainOptions& options) {
       {"model", "data", "data-dir", "augment", "augment-padding", "dropout", "epochs", "batch-size",
        "lr", "optimizer", "momentum", "weight-decay", "scheduler", "warmup-steps", "step-epochs",
        "step-gamma", "seed", "device", "threads", "workers", "metrics", "limit-train", "limit-test",
-       "no-progress", "save", "dist-timeout", "tp", "pp", "micro-batches", "schedule",
+       "no-progress", "save", "dist", "dist-timeout", "tp", "pp", "micro-batches", "schedule",
        // refused below, each with its own reason
-       "dist", "checkpoint-dir", "checkpoint-every", "resume", "resume-or-start", "amp",
-       "grad-checkpoint", "init-from", "freeze", "profile", "stop-after-steps", "cuda-graph"});
+       "checkpoint-dir", "checkpoint-every", "resume", "resume-or-start", "amp", "grad-checkpoint",
+       "init-from", "freeze", "profile", "stop-after-steps", "cuda-graph"});
   check_supported(o);
   check_image_data_options(o);
   apply_threads(o.threads);
@@ -144,8 +144,28 @@ int run_train_model_parallel(const TrainOptions& options) {
                        .global_row_offset = groups.data_rank * local_batch,
                        .global_rows = o.batch_size},
                       groups.pipeline);
-  std::unique_ptr<optim::Optimizer> optimizer;
-  if (!pipe.parameters().empty()) optimizer = make_optimizer(o, o.lr, pipe.parameters());
+  // How the data ranks share a stage's update: ddp (the default) averages the gradients after
+  // each backward (dist::average_gradients: one bucket per step, the pipeline's backward being
+  // per micro-batch); ps and zero1 are the training layer's strategies over the data group,
+  // applied to this stage's layers (the parameter server on data rank 0, or the optimizer state
+  // sharded over the data ranks).
+  const std::string strategy_name = o.dist.empty() ? "ddp" : o.dist;
+  std::unique_ptr<train::Strategy> strategy;
+  optim::Optimizer* optimizer = nullptr;
+  std::unique_ptr<optim::Optimizer> own_optimizer;
+  if (!pipe.parameters().empty()) {
+    if (strategy_name == "ddp") {
+      own_optimizer = make_optimizer(o, o.lr, pipe.parameters());
+      optimizer = own_optimizer.get();
+    } else {
+      strategy = train::make_strategy(strategy_name, {.group = groups.data});
+      // The stage's layers, kept alive by the whole model they belong to.
+      strategy->setup(std::shared_ptr<nn::Module>(model, &pipe.stage()),
+                      [&](std::vector<Tensor> p) { return make_optimizer(o, o.lr, std::move(p)); });
+      optimizer = &strategy->optimizer();
+    }
+  }
+  amp::GradScaler no_scaling({.enabled = false});
 
   auto train_set = load_image_split(o, /*train=*/true);
   auto test_set = load_image_split(o, /*train=*/false);
@@ -185,12 +205,11 @@ int run_train_model_parallel(const TrainOptions& options) {
                  "process on the whole batch\n",
                  o.model.c_str(), o.micro_batches);
   }
-  // The replicas' gradients are all-reduced after each backward (dist::average_gradients).
   const RunLayout layout{.world = world.size,
                          .data = dp,
                          .pipeline = o.pp,
                          .tensor = o.tp,
-                         .strategy = dp > 1 ? "ddp" : "local"};
+                         .strategy = dp > 1 || strategy_name != "ddp" ? strategy_name : "local"};
   if (lead) std::fprintf(stderr, "gradus train: %s\n", layout_text(layout).c_str());
   if (!lead) std::freopen("/dev/null", "w", stdout);
 
@@ -208,8 +227,12 @@ int run_train_model_parallel(const TrainOptions& options) {
       if (optimizer) optimizer->zero_grad();
       Tensor loss = tensor({pipe.train_step(prepare(batch.input), batch.target, loss_fn)}, {1},
                            {.dtype = DType::f64});
-      dist::average_gradients(pipe.parameters(), *groups.data);
-      if (optimizer) optimizer->step();
+      if (strategy) {
+        strategy->step(no_scaling);  // averaged (server or reduce-scatter), one update
+      } else {
+        dist::average_gradients(pipe.parameters(), *groups.data);
+        if (optimizer) optimizer->step();
+      }
       if (scheduler) scheduler->step();
       groups.data->all_reduce(loss, dist::ReduceOp::avg, "loss")->wait();
       const double value = loss.item();

@@ -3,7 +3,8 @@
 # what one process trains (the same epoch losses and test accuracy to the 4 printed decimals; the
 # micro-batches only change float32 summation order), --save gathers the whole model,
 # tensor-parallel slices included (one process's tensors and values, within 1e-4), and bad layouts
-# stop every rank with a message, never hang.
+# stop every rank with a message, never hang. `--dist ps|zero1` share each stage's update over the
+# data ranks (a parameter server, a sharded optimizer) and train the same.
 #
 # usage: model_parallel_cli.sh GRADUS_BINARY MPIRUN
 set -euo pipefail
@@ -26,7 +27,8 @@ echo "one process: $(echo "$reference" | tail -1)"
 layouts=0
 for layout in "2 --pp 2 --micro-batches 4" "2 --pp 2 --micro-batches 3 --schedule gpipe" \
               "2 --tp 2" "3 --pp 3 --micro-batches 2" "4 --pp 2 --micro-batches 2" \
-              "4 --tp 2 --pp 2 --micro-batches 4" "4 --pp 4 --micro-batches 8"; do
+              "4 --tp 2 --pp 2 --micro-batches 4" "4 --pp 4 --micro-batches 8" \
+              "4 --pp 2 --micro-batches 2 --dist zero1" "4 --tp 2 --dist ps"; do
   rm -f "$work/w.safetensors"
   # shellcheck disable=SC2086
   got=$(run $layout --save "$work/w.safetensors")
@@ -63,5 +65,5 @@ expect_error 2 "cannot be cut into --micro-batches 100" --pp 2 --micro-batches 1
 expect_error 3 "out_features \(256\) must be a positive multiple of the group size \(3\)" --tp 3
 expect_error 4 "the model has 3 layer\(s\), fewer than the 4 pipeline stages" --pp 4 --model mlp-bench
 expect_error 2 "--tp splits the hidden layers of --model mlp" --tp 2 --model cnn
-[ "$layouts" -eq 12 ] || { echo "FAIL: $layouts of 12 cases ran"; exit 1; }
+[ "$layouts" -eq 14 ] || { echo "FAIL: $layouts of 14 cases ran"; exit 1; }
 echo "model_parallel_cli: PASS"
