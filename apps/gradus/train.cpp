@@ -375,7 +375,7 @@ int run_train_images(const TrainOptions& options) {
 
   const train::FitResult fit = trainer.fit(train_loader);
   if (fit.stopped) {
-    // A clean stop (--stop-after-steps or SIGINT/SIGTERM/SIGHUP) with its checkpoint.
+    // A clean stop (--stop-after-steps or SIGINT/SIGTERM/SIGHUP/SIGUSR1) with its checkpoint.
     const char* why =
         fit.stop_signal != 0 ? train::stop_signal_name(fit.stop_signal) : "--stop-after-steps";
     if (lead) {

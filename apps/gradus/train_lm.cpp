@@ -398,7 +398,7 @@ int run_train_lm(const TrainOptions& o) {
 
   const train::FitResult fit = trainer.fit(train_loader);
   if (fit.stopped) {
-    // A clean stop (--stop-after-steps or SIGINT/SIGTERM/SIGHUP) with its checkpoint.
+    // A clean stop (--stop-after-steps or SIGINT/SIGTERM/SIGHUP/SIGUSR1) with its checkpoint.
     if (lead) {
       const char* why =
           fit.stop_signal != 0 ? train::stop_signal_name(fit.stop_signal) : "--stop-after-steps";

@@ -75,7 +75,8 @@ void install_stop_handlers() {
   sa.sa_flags = SA_RESETHAND;  // a second Ctrl-C ends the process at once
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGHUP, &sa, nullptr);  // the terminal closed: same as SIGTERM
+  sigaction(SIGHUP, &sa, nullptr);   // the terminal closed: same as SIGTERM
+  sigaction(SIGUSR1, &sa, nullptr);  // a scheduler's warning (Slurm: --signal=USR1@120)
 }
 
 int stop_signal() {
@@ -87,7 +88,16 @@ void request_stop(int signal) {
 }
 
 const char* stop_signal_name(int signal) {
-  return signal == SIGINT ? "SIGINT" : signal == SIGHUP ? "SIGHUP" : "SIGTERM";
+  switch (signal) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGUSR1:
+      return "SIGUSR1";
+    default:
+      return "SIGTERM";
+  }
 }
 
 StepAgreement agree_on_step(dist::ProcessGroup& group, const Tensor& loss) {
@@ -101,10 +111,11 @@ StepAgreement agree_on_step(dist::ProcessGroup& group, const Tensor& loss) {
   if (v[2] > 0) {
     // The signal every requesting rank had (their sum over their count), else SIGTERM.
     const double each = v[1] / v[2];
-    agreed.stop_signal = each == static_cast<double>(static_cast<int>(each)) &&
-                                 (each == SIGINT || each == SIGTERM || each == SIGHUP)
-                             ? static_cast<int>(each)
-                             : SIGTERM;
+    agreed.stop_signal =
+        each == static_cast<double>(static_cast<int>(each)) &&
+                (each == SIGINT || each == SIGTERM || each == SIGHUP || each == SIGUSR1)
+            ? static_cast<int>(each)
+            : SIGTERM;
     if (g_stop_signal == 0) g_stop_signal = agreed.stop_signal;
   }
   return agreed;

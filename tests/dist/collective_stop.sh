@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# A stop signal that reaches one rank stops the whole job after one agreed step: SIGTERM to rank 1
-# alone (3 trials, at whatever step it lands) makes both ranks stop after the same step (rank 0
-# reports it), write one checkpoint there and exit 143; --resume then finishes the run. (Before
-# the ranks decided on the exchanged request, a signal landing just after a step's exchange
-# stopped rank 1 alone and rank 0 timed out in the next all-reduce: 2 of 4 trials.)
+# A stop signal that reaches one rank stops the whole job after one agreed step: SIGTERM (trials
+# 1-2) or SIGUSR1 (trial 3) to rank 1 alone, at whatever step it lands, makes both ranks stop
+# after the same step (rank 0 reports it), write one checkpoint there and exit 128 + the signal;
+# --resume then finishes the run. (Before the ranks decided on the exchanged request, a signal
+# landing just after a step's exchange stopped rank 1 alone and rank 0 timed out in the next
+# all-reduce: 2 of 4 trials.)
 # usage: collective_stop.sh GRADUS MPIRUN DATA_DIR
 set -uo pipefail
 gradus=$1
@@ -18,7 +19,11 @@ fail() {
 args=(train --model mlp --epochs 3 --threads 1 --batch-size 32 --limit-train 30000 --limit-test 500
   --no-progress --dist ddp --data-dir "$data" --checkpoint-every 100)
 landed=0
+# Trials 1-2 SIGTERM, trial 3 SIGUSR1 (Slurm's --signal=USR1@T warning): the same stop, exit 138.
 for trial in 1 2 3; do
+  signal=TERM
+  [ "$trial" = 3 ] && signal=USR1
+  code=$([ "$signal" = TERM ] && echo 143 || echo 138)
   dir=$work/ckpt$trial
   timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
     -np 2 "$gradus" "${args[@]}" --checkpoint-dir "$dir" >"$work/log$trial" 2>&1 &
@@ -29,14 +34,14 @@ for trial in 1 2 3; do
   sleep "0.$((trial * 3))"
   victim=$(pgrep -f -- "--checkpoint-dir $dir" | sort -n | tail -1)
   [ -n "$victim" ] || fail "trial $trial: no rank process found"
-  kill -TERM "$victim"
+  kill -"$signal" "$victim"
   wait "$job"
   rc=$?
   log=$(cat "$work/log$trial")
-  [ "$rc" = 143 ] || fail "trial $trial: exit $rc, expected 143: $log"
+  [ "$rc" = "$code" ] || fail "trial $trial: exit $rc, expected $code: $log"
   # Rank 0 reports (after rank 1's signal reached it through the step's exchange); a rank that
-  # went on alone would have timed out in the next all-reduce instead of exiting 143.
-  steps=$(grep -o 'stopped after step [0-9]* (SIGTERM)' <<<"$log" | sort -u)
+  # went on alone would have timed out in the next all-reduce instead of exiting 128 + signal.
+  steps=$(grep -o "stopped after step [0-9]* (SIG$signal)" <<<"$log" | sort -u)
   [ "$(grep -c 'stopped after step' <<<"$log")" = 1 ] && [ "$(wc -l <<<"$steps")" = 1 ] ||
     fail "trial $trial: not one stop report: $log"
   grep -q "timed out" <<<"$log" && fail "trial $trial: a rank went on alone: $log"

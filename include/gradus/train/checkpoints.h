@@ -18,14 +18,15 @@
 
 namespace gradus::train {
 
-// SIGINT/SIGTERM/SIGHUP while checkpointing is on: the loop finishes its step, writes a
-// checkpoint and exits with 128 + the signal. install_stop_handlers() routes the signals to
-// stop_signal(); a second Ctrl-C ends the process at once.
+// SIGINT/SIGTERM/SIGHUP/SIGUSR1 while checkpointing is on: the loop finishes its step, writes a
+// checkpoint and exits with 128 + the signal (SIGUSR1: what Slurm's --signal=USR1@T sends ahead
+// of a time limit). install_stop_handlers() routes the signals to stop_signal(); a second signal
+// of the same kind ends the process at once.
 void install_stop_handlers();
 // The signal that asked the run to stop (0: none).
 int stop_signal();
 void request_stop(int signal);
-// "SIGINT", "SIGTERM" or "SIGHUP".
+// "SIGINT", "SIGTERM", "SIGHUP" or "SIGUSR1".
 const char* stop_signal_name(int signal);
 
 // After a step of a data-parallel run (collective over the data ranks): the global batch's loss,
