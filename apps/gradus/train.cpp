@@ -201,6 +201,11 @@ int run_train_images(const TrainOptions& options) {
   for (const std::string& prefix : o.freeze) {
     if (lead) std::fprintf(stderr, "gradus train: --freeze %s: frozen\n", prefix.c_str());
   }
+  // The data after the model (a bad model option, --freeze PREFIX, fails before the dataset is
+  // read) and before the batch-size finder: the examples held in memory count against a
+  // --memory-limit, so the finder must size the step in what they leave.
+  std::shared_ptr<data::TensorDataset> train_set = load_image_split(o, /*train=*/true);
+  std::shared_ptr<data::TensorDataset> test_set = load_image_split(o, /*train=*/false);
   if (o.batch_size_auto) {
     o.batch_size = auto_batch_size(
         {.make_model = build_model,
@@ -221,10 +226,6 @@ int run_train_images(const TrainOptions& options) {
   const double lr = o.lr_scaling == "linear" ? o.lr * static_cast<double>(o.batch_size) /
                                                    static_cast<double>(o.lr_reference_batch)
                                              : o.lr;
-  // The data before the Trainer builds the optimizer: a bad model option (--freeze PREFIX) has
-  // failed above, before the dataset is read.
-  std::shared_ptr<data::TensorDataset> train_set = load_image_split(o, /*train=*/true);
-  std::shared_ptr<data::TensorDataset> test_set = load_image_split(o, /*train=*/false);
   // An incomplete last batch is dropped at every world size (N ranks cannot share it equally),
   // so one command trains the same at any world size.
   data::DataLoader train_loader(train_set, {.batch_size = o.batch_size,
@@ -236,10 +237,14 @@ int run_train_images(const TrainOptions& options) {
                                             .rank = world.rank,
                                             .world_size = distributed ? world.size : 1,
                                             .transform = augment_transform(o, *train_set, lead)});
-  // Evaluation: every rank its slice of the test set under --dist (the sums all-reduced).
-  auto task = std::make_shared<ImageTask>(Evaluator(test_set, std::max<int64_t>(o.batch_size, 500),
-                                                    device, o.workers, world, distributed),
-                                          amp_dtype);
+  // Evaluation: every rank its slice of the test set under --dist (the sums all-reduced), in
+  // batches of 500 unless memory is the constraint: the batch-size finder and --memory-limit size
+  // a training step, which a no-grad forward of the same batch never exceeds; 500 might.
+  const int64_t eval_batch = o.batch_size_auto || !o.memory_limit.empty()
+                                 ? o.batch_size
+                                 : std::max<int64_t>(o.batch_size, 500);
+  auto task = std::make_shared<ImageTask>(
+      Evaluator(test_set, eval_batch, device, o.workers, world, distributed), amp_dtype);
   const int64_t steps_per_epoch = train_loader.size();
 
   // The run is the training layer's Trainer (gradus/train/trainer.h) configured by the options.
