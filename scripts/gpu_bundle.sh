@@ -24,8 +24,10 @@ build=${1:-${GRADUS_BUILD_DIR:-build}}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADUS_USE_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DGRADUS_NATIVE=OFF >/dev/null
 # The programs the check runs (gpu_check.sh's lists) and the run-time modules they load.
-programs=(apps/gradus/gradus tests/test_gpu tests/test_dist tests/test_ops tests/test_backend)
+programs=(apps/gradus/gradus tests/test_gpu tests/test_dist tests/test_ops tests/test_backend
+  tests/test_data)
 cmake --build "$build" -j"$(nproc)" --target gradus_cli test_gpu test_dist test_ops test_backend \
+  test_data \
   gradus_backend_cuda gradus_dist_nccl
 
 stage=$root/.carry/stage

@@ -208,11 +208,12 @@ fi
 SUITES=$B/suites
 mkdir -p "$SUITES"
 # name|program|filter: every suite of test_gpu, the op tests' CUDA cases (the attention harness
-# on every device), and the NCCL engine as a world of one.
+# on every device), the input pipeline's CUDA path, and the NCCL engine as a world of one.
 {
   "${genv[@]}" "$B/build/tests/test_gpu" --gtest_list_tests | sed -n 's/^\([A-Za-z0-9_]*\)\.$/\1/p' |
     while read -r s; do echo "gpu.$s|test_gpu|$s.*"; done
   echo "ops.cuda|test_ops|*cuda*:*Cuda*"
+  echo "data.cuda|test_data|LoaderPipelineCuda.*"
   echo "dist.nccl|test_dist|Nccl.*"
 } >"$SUITES/list"
 run_suite() {  # name|program|filter -> $SUITES/<name>.log, exit status in <name>.rc
