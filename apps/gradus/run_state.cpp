@@ -129,7 +129,11 @@ train::Settings rank_settings(const std::string& config) {
   train::Settings settings;
   const json j = json::parse(config);
   for (const auto& [key, value] : j.items()) {
-    if (key != "threads" && key != "device") settings["option." + key] = value.dump();
+    // (The thread count and the device may differ by rank, and so may where an --init-from file
+    // lies on each host: the weights themselves travel from data rank 0 at setup.)
+    if (key != "threads" && key != "device" && key != "init_from") {
+      settings["option." + key] = value.dump();
+    }
   }
   return settings;
 }

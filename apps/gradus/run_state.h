@@ -26,8 +26,8 @@ std::vector<std::string> check_resume_config(const std::string& stored, const st
                                              const std::string& checkpoint_path);
 
 // The settings every rank of a data-parallel run must share (the Trainer compares them before
-// training): each key of the run configuration but the thread count and the device, which may
-// differ between ranks.
+// training): each key of the run configuration but the thread count, the device and the
+// --init-from path, which may differ between ranks.
 train::Settings rank_settings(const std::string& config);
 
 // (The epoch in progress is train::EpochProgress, gradus/train/checkpoints.h.)
