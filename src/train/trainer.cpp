@@ -129,6 +129,13 @@ FitResult Trainer::fit(data::DataLoader& loader) {
   dist::ProcessGroup& group = strategy_->group();
   const bool writer = group.rank() == 0;
   const int64_t steps_per_epoch = loader.size();
+  // First the ranks agree on the data (a rank whose loader is empty while the others' is not
+  // must not leave them waiting in a collective), then an empty loader is refused everywhere.
+  check_ranks_agree(group,
+                    {{"data.examples", std::to_string(loader.dataset().size())},
+                     {"data.batch_size", std::to_string(loader.options().batch_size)},
+                     {"data.batches_per_epoch", std::to_string(steps_per_epoch)}},
+                    who, "checked before training");
   GRADUS_CHECK(steps_per_epoch > 0, ValueError, who,
                ": the data loader yields no batch (dataset of ", loader.dataset().size(),
                " examples, batch size ", loader.options().batch_size, ")");
@@ -140,11 +147,6 @@ FitResult Trainer::fit(data::DataLoader& loader) {
     scheduler_ =
         options_.scheduler(optimizer(), steps_per_epoch * options_.epochs, steps_per_epoch);
   }
-  check_ranks_agree(group,
-                    {{"data.examples", std::to_string(loader.dataset().size())},
-                     {"data.batch_size", std::to_string(loader.options().batch_size)},
-                     {"data.batches_per_epoch", std::to_string(steps_per_epoch)}},
-                    who, "checked before training");
   CheckpointOptions ckpt = options_.checkpoints;
   if (ckpt.who == "train") ckpt.who = options_.who;
   ckpt.report = ckpt.report && writer;  // one rank reports for the world
