@@ -41,8 +41,8 @@ int main(int argc, char** argv) try {
   Shape all = example;
   all.insert(all.begin(), n);
   manual_seed(3);
-  auto dataset = std::make_shared<data::TensorDataset>(
-      rand(all), randint(0, 10, {n}, {.dtype = DType::i64}));
+  auto dataset =
+      std::make_shared<data::TensorDataset>(rand(all), randint(0, 10, {n}, {.dtype = DType::i64}));
   using Clock = std::chrono::steady_clock;
   auto seconds_since = [](Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();

@@ -379,19 +379,7 @@ int run_train_images(const TrainOptions& options) {
   };
 
   const train::FitResult fit = trainer.fit(train_loader);
-  if (fit.stopped) {
-    // A clean stop (--stop-after-steps or SIGINT/SIGTERM/SIGHUP/SIGUSR1) with its checkpoint.
-    const char* why =
-        fit.stop_signal != 0 ? train::stop_signal_name(fit.stop_signal) : "--stop-after-steps";
-    if (lead) {
-      std::fprintf(stderr, "gradus train: stopped after step %lld (%s)%s%s\n",
-                   static_cast<long long>(fit.steps), why,
-                   fit.checkpoint.empty() ? "" : "; checkpoint ", fit.checkpoint.c_str());
-    }
-    std::printf("stopped_at_step=%lld\n", static_cast<long long>(fit.steps));
-    std::fflush(stdout);
-    return fit.stop_signal != 0 ? 128 + fit.stop_signal : 0;
-  }
+  if (fit.stopped) return report_stop(fit, lead);
   profiler.finish();
   if (!fit.last_epoch) {  // resumed after the last epoch
     task->evaluate(*model);

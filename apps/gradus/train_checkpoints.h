@@ -3,12 +3,14 @@
 // CLI's check of a checkpoint's stored configuration (run_state.h).
 #pragma once
 
+#include <cstdio>
 #include <string>
 
 #include "commands.h"
 #include "gradus/train/checkpoints.h"
 #include "gradus/train/deferred_losses.h"
 #include "gradus/train/step_graph.h"
+#include "gradus/train/trainer.h"
 #include "run_state.h"
 
 namespace gradus::cli {
@@ -38,6 +40,22 @@ inline StartPoint find_start(const TrainOptions& o, const std::string& config, n
                              optim::LRScheduler* scheduler) {
   return train::find_start(checkpoint_options(o), config, model, scaler, optimizer, scheduler,
                            check_resume_config);
+}
+
+// After a Trainer run that stopped early (--stop-after-steps or SIGINT/SIGTERM/SIGHUP/SIGUSR1,
+// with its checkpoint): the stop line (the lead rank's), "stopped_at_step=N" on stdout, and the
+// exit code (128 + the signal, 0 for --stop-after-steps).
+inline int report_stop(const train::FitResult& fit, bool lead) {
+  if (lead) {
+    const char* why =
+        fit.stop_signal != 0 ? train::stop_signal_name(fit.stop_signal) : "--stop-after-steps";
+    std::fprintf(stderr, "gradus train: stopped after step %lld (%s)%s%s\n",
+                 static_cast<long long>(fit.steps), why,
+                 fit.checkpoint.empty() ? "" : "; checkpoint ", fit.checkpoint.c_str());
+  }
+  std::printf("stopped_at_step=%lld\n", static_cast<long long>(fit.steps));
+  std::fflush(stdout);
+  return fit.stop_signal != 0 ? 128 + fit.stop_signal : 0;
 }
 
 }  // namespace gradus::cli

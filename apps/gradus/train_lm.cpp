@@ -397,19 +397,7 @@ int run_train_lm(const TrainOptions& o) {
   trainer.on_epoch = [&](const train::EpochReport& r) { report(r.step, r.eval); };
 
   const train::FitResult fit = trainer.fit(train_loader);
-  if (fit.stopped) {
-    // A clean stop (--stop-after-steps or SIGINT/SIGTERM/SIGHUP/SIGUSR1) with its checkpoint.
-    if (lead) {
-      const char* why =
-          fit.stop_signal != 0 ? train::stop_signal_name(fit.stop_signal) : "--stop-after-steps";
-      std::fprintf(stderr, "gradus train: stopped after step %lld (%s)%s%s\n",
-                   static_cast<long long>(fit.steps), why,
-                   fit.checkpoint.empty() ? "" : "; checkpoint ", fit.checkpoint.c_str());
-    }
-    std::printf("stopped_at_step=%lld\n", static_cast<long long>(fit.steps));
-    std::fflush(stdout);
-    return fit.stop_signal != 0 ? 128 + fit.stop_signal : 0;
-  }
+  if (fit.stopped) return report_stop(fit, lead);
   profiler.finish();
   if (std::isnan(val_loss)) {  // resumed after the last step
     NoGradGuard no_grad;
