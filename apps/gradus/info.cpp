@@ -79,10 +79,10 @@ Device resolve_device(const std::string& name) {
   if (d.is_cuda()) {
     const int count = cuda_device_count();
     GRADUS_CHECK(d.index() < count, DeviceError, "device '", name, "' was requested but ",
-                 count == 0
-                     ? (cuda::backend_loaded() ? std::string("no CUDA device is visible")
-                                               : "the CUDA backend is " + cuda::backend_status())
-                     : std::to_string(count) + " CUDA device(s) are visible",
+                 count == 0 ? (cuda::backend_loaded()
+                                   ? std::string("no CUDA device is visible")
+                                   : "the CUDA backend is unavailable: " + cuda::backend_status())
+                            : std::to_string(count) + " CUDA device(s) are visible",
                  "; use --device cpu or --device auto");
   }
   return d;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <sstream>
 
 #include "commands.h"
@@ -440,6 +441,17 @@ void add_bench(CLI::App& app, BenchOptions& o) {
       ->capture_default_str();
 }
 
+// Prints a run's fatal error; on one rank of several, also ends the whole job (the other ranks
+// would otherwise wait for this one until their timeout).
+void report_error_and_end_job(const char* message) {
+  if (gradus::dist::is_initialized() && gradus::dist::world_size() > 1) {
+    std::fprintf(stderr, "gradus: error on rank %d of %d: %s\n", gradus::dist::rank(),
+                 gradus::dist::world_size(), message);
+    gradus::dist::abort_job(1);
+  }
+  std::fprintf(stderr, "gradus: error: %s\n", message);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -496,14 +508,14 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("plot")) return gradus::cli::run_plot(plot);
     if (app.got_subcommand("generate")) return gradus::cli::run_generate(generate);
     return gradus::cli::run_info(info_json);
+  } catch (const std::bad_alloc&) {
+    // (From the C++ library, not a tensor: the message would be a bare "std::bad_alloc".)
+    report_error_and_end_job(
+        "out of memory: the C++ library could not allocate (under an address-space limit, "
+        "`ulimit -v`, raise it; otherwise free memory or use a smaller --batch-size)");
+    return 1;
   } catch (const std::exception& e) {  // gradus::Error and anything else: never an abort
-    if (gradus::dist::is_initialized() && gradus::dist::world_size() > 1) {
-      // The other ranks would wait for this one until their timeout: end the whole job now.
-      std::fprintf(stderr, "gradus: error on rank %d of %d: %s\n", gradus::dist::rank(),
-                   gradus::dist::world_size(), e.what());
-      gradus::dist::abort_job(1);
-    }
-    std::fprintf(stderr, "gradus: error: %s\n", e.what());
+    report_error_and_end_job(e.what());
     return 1;
   }
 }

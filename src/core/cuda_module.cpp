@@ -47,7 +47,16 @@ Loaded load() {
                            "libgradus_core.so nor on the loader's path; "
                            "build gradus with -DGRADUS_USE_CUDA=ON where the CUDA toolkit is)"};
     }
-    return {nullptr, path + " did not load: " + opened.error};
+    // The usual cause on a machine with a GPU: the CUDA runtime libraries the module links
+    // (libcudart, cuBLAS, cuDNN) are not where the dynamic loader looks.
+    const bool runtime_missing = opened.error.find("libcu") != std::string::npos ||
+                                 opened.error.find("libnvrtc") != std::string::npos;
+    return {nullptr,
+            path + " did not load: " + opened.error +
+                (runtime_missing ? " (a CUDA runtime library it needs was not found: install the "
+                                   "CUDA runtime, cuBLAS and cuDNN, or add their directory to "
+                                   "LD_LIBRARY_PATH)"
+                                 : "")};
   }
   auto entry = reinterpret_cast<Module* (*)()>(dlsym(opened.handle, "gradus_cuda_module"));
   if (entry == nullptr) return {nullptr, path + " does not define gradus_cuda_module()"};

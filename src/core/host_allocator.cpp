@@ -1,6 +1,8 @@
 // The default CPU allocator: 64-byte aligned blocks (so vector loops and BLAS see aligned rows),
 // with freed blocks of kMinCachedBlock bytes or more kept in per-size free lists up to a limit
 // (see gradus/core/host_memory.h for why).
+#include <sys/resource.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +28,17 @@ namespace gradus {
 namespace {
 
 constexpr size_t kPage = 4096;
+
+std::string format_bytes(size_t b);
+
+// Names the address-space limit when there is one: it, not the machine's memory, is then what
+// ran out, and it counts mapped memory that tensors never touch.
+std::string address_space_note() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return "";
+  return "; the process's address-space limit (ulimit -v) is " +
+         format_bytes(static_cast<size_t>(limit.rlim_cur));
+}
 
 std::string format_bytes(size_t b) {
   char buf[32];
@@ -113,8 +126,8 @@ class CachingHostAllocator final : public Allocator {
     if (p == nullptr) {
       num_ooms_.fetch_add(1);
       throw OutOfMemoryError(detail::str_cat(
-          "cpu: failed to allocate ", format_bytes(nbytes),
-          " of host memory (gradus: ", format_bytes(allocated_.load()), " allocated by tensors). ",
+          "cpu: failed to allocate ", format_bytes(nbytes), " of host memory (gradus: ",
+          format_bytes(allocated_.load()), " allocated by tensors", address_space_note(), "). ",
           detail::kOutOfMemoryHint, "; gradus::host::memory_stats() shows usage."));
     }
     return p;

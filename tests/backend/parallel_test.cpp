@@ -2,9 +2,17 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
 #include <thread>
 
+#include "gradus/core/error.h"
+#include "gradus/ops.h"
+
+#include "backend/cpu/blas_address_space.h"
 #include "backend/cpu/loops.h"
 #include "gradus/core/threads.h"
 
@@ -56,6 +64,63 @@ TEST_F(ThreadsFor, ParallelForAboveTheGrainCoversTheRangeOnceWithATeam) {
   EXPECT_EQ(covered.load(), 4000);
   EXPECT_EQ(parts.load(), 4);
   EXPECT_TRUE(in_team.load());
+}
+
+// Mapped address space now (/proc/self/statm).
+size_t mapped_bytes() {
+  unsigned long pages = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr || std::fscanf(f, "%lu", &pages) != 1) pages = 0;
+  if (f != nullptr) std::fclose(f);
+  return pages * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Lowers the address-space limit to what is mapped now plus `room` (in the death test's own,
+// freshly started process: a forked child would inherit an OpenMP team it cannot use).
+void limit_address_space_to_mapped_plus(size_t room) {
+  const rlimit limit{mapped_bytes() + room, RLIM_INFINITY};
+  if (::setrlimit(RLIMIT_AS, &limit) != 0) ::_exit(90);
+}
+
+class BlasUnderAddressLimit : public ::testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+// Room for the BLAS buffers of two threads, not of sixteen: set_num_threads(16) runs as many as
+// fit, and matrix products on them (each thread calling the BLAS) finish.
+[[noreturn]] void sixteen_threads_and_matmuls_in_room_for_two() {
+  ::alarm(60);  // a hang (OpenBLAS waiting for a mapping that never comes) ends by a signal
+  limit_address_space_to_mapped_plus(blas_address_space_bytes(2));
+  ::gradus::set_num_threads(16);
+  const int threads = ::gradus::get_num_threads();
+  if (threads < 1 || threads >= 16) ::_exit(10);
+  const Tensor a = randn({256, 256});
+  const Tensor b = randn({256, 256});
+  for (int i = 0; i < 20; ++i) (void)matmul(a, b);
+  ::_exit(0);
+}
+
+TEST_F(BlasUnderAddressLimit, MoreThreadsThanFitAreCappedAndMatmulsStillRun) {
+  EXPECT_EXIT(sixteen_threads_and_matmuls_in_room_for_two(), ::testing::ExitedWithCode(0),
+              "room for [0-9]+ of the 16 threads");
+}
+
+TEST_F(BlasUnderAddressLimit, NoRoomForOneThreadIsAnOutOfMemoryError) {
+  EXPECT_EXIT(
+      {
+        ::alarm(60);
+        limit_address_space_to_mapped_plus(8 * kMiB);
+        try {
+          ::gradus::set_num_threads(4);
+        } catch (const ::gradus::OutOfMemoryError& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+          ::_exit(0);
+        }
+        ::_exit(12);
+      },
+      ::testing::ExitedWithCode(0),
+      "address-space limit \\(ulimit -v\\) of [0-9]+ MiB leaves no room");
 }
 
 }  // namespace

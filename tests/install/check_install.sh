@@ -47,6 +47,9 @@ build_and_run() {  # $1: consumer build directory
     echo "FAIL: the consumer needs $(cuda_needed "$1/consumer" | tr '\n' ' ')"
     exit 1
   fi
+  # The start-up guard (fits the BLAS threads to an address-space limit) is compiled into it.
+  readelf -S "$1/consumer" | grep -q preinit_array ||
+    { echo "FAIL: the consumer has no start-up guard (.preinit_array)"; exit 1; }
   "$1/consumer" | tee "$1/consumer.log"
   # The CPU backend the consumer ran comes from the install, not from the build tree.
   grep -q "^consumer: CPU kernels .* from $work/prefix/" "$1/consumer.log" ||

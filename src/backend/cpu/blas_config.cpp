@@ -7,14 +7,20 @@
 // first BLAS call. A user's own OPENBLAS_CORETYPE always wins.
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <vector>
 
+#include "backend/cpu/blas_address_space.h"
 #include "backend/cpu/cpu_backend.h"
 
 extern "C" {
 // From OpenBLAS's dynamic.c (exported by DYNAMIC_ARCH builds).
 extern void* gotoblas;
 void gotoblas_dynamic_init(void);
+// From OpenBLAS's memory.c: a work buffer from its table, mapped on first use and kept.
+void* blas_memory_alloc(int procpos);
+void blas_memory_free(void* buffer);
 char* openblas_get_corename(void);
 }
 
@@ -46,6 +52,27 @@ void configure_blas() {
   gotoblas = nullptr;  // makes the initialiser choose again, now honouring the variable
   gotoblas_dynamic_init();
   unsetenv("OPENBLAS_CORETYPE");  // child processes make their own choice
+}
+
+namespace {
+std::mutex reserve_mutex;
+int reserved_callers = 0;
+}  // namespace
+
+void reserve_blas_buffers(int callers) {
+  if (address_space_limit() == 0) return;
+  std::lock_guard<std::mutex> lock(reserve_mutex);
+  if (callers <= reserved_callers) return;
+  // Held all at once, so that each is a buffer of its own; freed, they stay mapped in the table.
+  std::vector<void*> buffers;
+  for (int i = 0; i < callers; ++i) buffers.push_back(blas_memory_alloc(0));
+  for (void* buffer : buffers) blas_memory_free(buffer);
+  reserved_callers = callers;
+}
+
+int reserved_blas_buffers() {
+  std::lock_guard<std::mutex> lock(reserve_mutex);
+  return reserved_callers;
 }
 
 std::string blas_core_name() {

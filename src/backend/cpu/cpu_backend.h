@@ -11,6 +11,12 @@ namespace gradus::backend::cpu {
 // Picks OpenBLAS's kernels for this CPU when its own detection fell back to a generic core
 // (blas_config.cpp). Called once, when the CPU backend is first created.
 void configure_blas();
+// Under an address-space limit, has OpenBLAS map now the buffers of `callers` concurrent calls
+// (it keeps them for reuse), so that no later call waits forever for a mapping (see
+// blas_address_space.h). Without a limit it does nothing.
+void reserve_blas_buffers(int callers);
+// How many callers' buffers reserve_blas_buffers has had mapped so far.
+int reserved_blas_buffers();
 std::string blas_core_name();
 
 class CpuBackend final : public Backend {
