@@ -5,7 +5,8 @@ packages=(build-essential cmake ninja-build ccache pkg-config git
   libopenblas-openmp-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev dataset-fashion-mnist
   openmpi-bin libopenmpi-dev procps libcairo2-dev
-  qemu-user)  # tests: the portable build runs on an emulated CPU without AVX
+  iproute2
+  qemu-user)  # tests: the portable build on an emulated CPU without AVX; hosts made of netns
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -41,7 +41,7 @@ set -euo pipefail
 usage() {
   sed -n '4,7p' "$0" | sed 's/^# \{0,1\}//' >&2
   echo "options: --hosts H (2-16, default 2), --np-per-host N (default 1), --rate R (tbf rate," >&2
-  echo "         e.g. 100mbit), --keep" >&2
+  echo "         e.g. 100mbit), --tcp-retries N (net.ipv4.tcp_retries2 on every host), --keep" >&2
   exit 2
 }
 die() {
@@ -53,18 +53,21 @@ hosts=2
 np_per_host=1
 rate=
 keep=0
+tcp_retries=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --hosts) [[ $# -ge 2 ]] || usage; hosts=$2; shift 2 ;;
     --np-per-host) [[ $# -ge 2 ]] || usage; np_per_host=$2; shift 2 ;;
     --rate) [[ $# -ge 2 ]] || usage; rate=$2; shift 2 ;;
     --keep) keep=1; shift ;;
+    --tcp-retries) [[ $# -ge 2 ]] || usage; tcp_retries=$2; shift 2 ;;
     -h | --help) usage ;;
     --) shift; break ;;
     *) echo "multihost.sh: unknown option '$1' (the command goes after --)" >&2; usage ;;
   esac
 done
 [[ $# -gt 0 ]] || die "no COMMAND given (usage: scripts/multihost.sh [options] -- COMMAND ARGS...)"
+[[ -z $tcp_retries || $tcp_retries =~ ^[0-9]+$ ]] || die "--tcp-retries must be a non-negative integer, not '$tcp_retries'"
 [[ $np_per_host =~ ^[1-9][0-9]*$ ]] || die "--np-per-host must be a positive integer, not '$np_per_host'"
 [[ $hosts =~ ^[0-9]+$ ]] && ((hosts >= 2 && hosts <= 16)) || die "--hosts must be an integer from 2 to 16, not '$hosts'"
 [[ $(id -u) -eq 0 ]] || die "must run as root (network namespaces, veth and tc need CAP_NET_ADMIN); try sudo"
@@ -153,6 +156,9 @@ for ((i = 0; i < hosts; i++)); do
   ip -n "${ns[i]}" addr add "${addr[i]}/24" dev "${dev[i]}"
   ip -n "${ns[i]}" link set lo up  # mpirun and orted talk to themselves over loopback
   ip -n "${ns[i]}" link set "${dev[i]}" up
+  # How long the host's TCP retransmits unacknowledged data before it gives the connection up
+  # (per network namespace; the kernel's default, 15, is about 15 minutes).
+  [[ -z $tcp_retries ]] || ip netns exec "${ns[i]}" sysctl -qw net.ipv4.tcp_retries2="$tcp_retries"
   shape "${ns[i]}" "${dev[i]}"  # what the host sends
   shape "$sw" "${port[i]}"      # what it receives
 done

@@ -4,7 +4,7 @@
 # after the same step (rank 0 reports it), write one checkpoint there and exit 128 + the signal;
 # --resume then finishes the run. (Before the ranks decided on the exchanged request, a signal
 # landing just after a step's exchange stopped rank 1 alone and rank 0 timed out in the next
-# all-reduce: 2 of 4 trials.)
+# all-reduce: 2 of 4 trials.) Trials 4-5 signal mpirun instead (SIGUSR1, SIGTERM).
 # usage: collective_stop.sh GRADUS MPIRUN DATA_DIR
 set -uo pipefail
 gradus=$1
@@ -50,10 +50,43 @@ for trial in 1 2 3; do
     fail "trial $trial: no checkpoint at step $step: $(ls "$dir")"
   landed=$((landed + 1))
 done
-# The last trial's run resumes and ends.
+# Signals to mpirun itself. SIGUSR1 is forwarded to every rank at once: the same collective stop.
+# SIGTERM makes mpirun send SIGCONT, wait odls_base_sigkill_timeout seconds, send SIGTERM, wait
+# as long again, then SIGKILL: with the default of 1 s a checkpoint that takes longer to write is
+# lost, so the timeout is raised as the README says. Both trials run 6 epochs (the SIGTERM lands
+# 3 s late). mpirun itself exits 138 for SIGUSR1 and 1 for SIGTERM (it reports the kill).
+for trial in 4 5; do
+  signal=USR1
+  mca=()
+  if [ "$trial" = 5 ]; then
+    signal=TERM
+    mca=(--mca odls_base_sigkill_timeout 3)
+  fi
+  dir=$work/ckpt$trial
+  timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
+    "${mca[@]}" -np 2 "$gradus" "${args[@]}" --epochs 6 --checkpoint-dir "$dir" >"$work/log$trial" 2>&1 &
+  job=$!
+  for _ in $(seq 300); do [ -n "$(ls "$dir" 2>/dev/null)" ] && break; sleep 0.1; done
+  [ -n "$(ls "$dir" 2>/dev/null)" ] || fail "trial $trial: training did not start: $(cat "$work/log$trial")"
+  launcher=$(pgrep -P "$job" | head -1)  # mpirun (or mpiexec), the child of `timeout`
+  [ -n "$launcher" ] || fail "trial $trial: mpirun not found"
+  kill -"$signal" "$launcher"
+  wait "$job"
+  rc=$?
+  log=$(cat "$work/log$trial")
+  [ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "trial $trial: mpirun exit $rc: $log"
+  steps=$(grep -o "stopped after step [0-9]* (SIG$signal)" <<<"$log" | sort -u)
+  [ "$(grep -c 'stopped after step' <<<"$log")" = 1 ] && [ "$(wc -l <<<"$steps")" = 1 ] ||
+    fail "trial $trial: SIG$signal to mpirun: not one stop report: $log"
+  step=$(grep -o '[0-9]*' <<<"$steps" | head -1)
+  [ -f "$dir/ckpt-$(printf %010d "$step").safetensors" ] ||
+    fail "trial $trial: no checkpoint at step $step: $(ls "$dir")"
+  landed=$((landed + 1))
+done
+# The third trial's run resumes and ends.
 out=$(timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
   -np 2 "$gradus" "${args[@]}" --checkpoint-dir "$work/ckpt3" --resume 2>&1) ||
   fail "the resumed run failed: $out"
 grep -q "resuming from" <<<"$out" && grep -q "test_accuracy=" <<<"$out" ||
   fail "the resumed run did not resume and finish: $out"
-echo "collective_stop: the signal to one rank landed $landed of 3 times, each time both ranks stopped at one step with one checkpoint, and the run resumed PASS"
+echo "collective_stop: the signal to one rank (3 trials) or to mpirun (2) landed $landed of 5 times, each time both ranks stopped at one step with one checkpoint, and the run resumed PASS"
