@@ -104,6 +104,7 @@ class CachingHostAllocator final : public Allocator {
     num_allocs_.fetch_add(1);
   }
 
+  // (Called after reserve(nbytes): allocated_ already counts this request.)
   void* allocate_block(size_t nbytes) {
     const size_t size = block_size(nbytes);
     if (size >= host::kMinCachedBlock) {
@@ -125,10 +126,11 @@ class CachingHostAllocator final : public Allocator {
     }
     if (p == nullptr) {
       num_ooms_.fetch_add(1);
-      throw OutOfMemoryError(detail::str_cat(
-          "cpu: failed to allocate ", format_bytes(nbytes), " of host memory (gradus: ",
-          format_bytes(allocated_.load()), " allocated by tensors", address_space_note(), "). ",
-          detail::kOutOfMemoryHint, "; gradus::host::memory_stats() shows usage."));
+      throw OutOfMemoryError(
+          detail::str_cat("cpu: failed to allocate ", format_bytes(nbytes),
+                          " of host memory (gradus: ", format_bytes(allocated_.load() - nbytes),
+                          " allocated by tensors before this request", address_space_note(), "). ",
+                          detail::kOutOfMemoryHint, "; gradus::host::memory_stats() shows usage."));
     }
     return p;
   }

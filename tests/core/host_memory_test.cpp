@@ -2,6 +2,8 @@
 // and a reused block carries no stale view of the old tensor.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <cmath>
 #include <thread>
 #include <vector>
@@ -124,6 +126,27 @@ TEST(HostMemory, CurrentPeakAndLimit) {
   host::set_memory_limit(0);
   Tensor now_fits = empty({200000}, {DType::f32});
   EXPECT_EQ(host::memory_stats().limit_bytes, 0u);
+}
+
+// When the C library refuses (here: more than the address space), the message counts what tensors
+// held before the request, not the request itself, and the accounts are left as they were.
+TEST(HostMemory, FailedAllocationIsNotCountedAsAllocated) {
+  const host::MemoryStats base = host::memory_stats();
+  Tensor held = empty({262144}, {DType::f32});  // 1 MiB
+  const size_t before = host::memory_stats().allocated_bytes;
+  try {
+    Tensor impossible = empty({int64_t{1} << 58}, {DType::f32});  // 1 EiB
+    ADD_FAILURE() << "allocated 1 EiB";
+  } catch (const OutOfMemoryError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("failed to allocate 1073741824.00 GiB"), std::string::npos) << m;
+    char expected[96];
+    std::snprintf(expected, sizeof(expected), "(gradus: %.1f MiB allocated by tensors before",
+                  static_cast<double>(before) / (1 << 20));
+    EXPECT_NE(m.find(expected), std::string::npos) << m;
+  }
+  EXPECT_EQ(host::memory_stats().allocated_bytes, before);
+  EXPECT_EQ(host::memory_stats().num_ooms, base.num_ooms + 1);
 }
 
 // The batch-size finder under a CPU limit: the batch it picks fits, twice it does not, and the
