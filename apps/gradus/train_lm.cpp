@@ -18,6 +18,7 @@
 #include "gradus/core/cuda.h"
 #include "gradus/core/determinism.h"
 #include "gradus/dist/dist.h"
+#include "gradus/dist/tensor_parallel_gpt.h"
 #include "gradus/gradus.h"
 #include "gradus/io/io.h"
 #include "gradus/train/strategy.h"
@@ -143,24 +144,28 @@ class WindowBatches : public data::Dataset {
 // one-process loss).
 class LanguageModelTask : public train::Task {
  public:
+  // group: the data-parallel ranks (the validation loss is their mean). tensor_parallel: the
+  // model when it is split by --tp (its logits are slices, and so is the loss computation).
   LanguageModelTask(data::ContextSampler val, int64_t eval_iters, int64_t rows, int64_t first_row,
-                    Device device, std::shared_ptr<dist::ProcessGroup> group)
+                    Device device, std::shared_ptr<dist::ProcessGroup> group,
+                    std::shared_ptr<dist::TensorParallelGPT> tensor_parallel)
       : val_(std::move(val)),
         eval_iters_(eval_iters),
         rows_(rows),
         first_row_(first_row),
         device_(device),
-        group_(std::move(group)) {}
+        group_(std::move(group)),
+        tensor_parallel_(std::move(tensor_parallel)) {}
   Tensor loss(nn::Module& model, const data::Example& batch) override {
-    return lm_loss(model, batch.input, batch.target);
+    return next_token_loss(model, batch.input, batch.target);
   }
   std::map<std::string, double> evaluate(nn::Module& model) override {
     val_.set_position(0);
     Tensor total;  // summed where the losses are: one read at the end, not one per batch
     for (int64_t i = 0; i < eval_iters_; ++i) {
       const auto [x, y] = val_.next(device_);
-      const Tensor l = lm_loss(model, x.slice(0, first_row_, first_row_ + rows_),
-                               y.slice(0, first_row_, first_row_ + rows_))
+      const Tensor l = next_token_loss(model, x.slice(0, first_row_, first_row_ + rows_),
+                                       y.slice(0, first_row_, first_row_ + rows_))
                            .to(DType::f64);
       total = total.defined() ? add(total, l) : l;
     }
@@ -171,10 +176,16 @@ class LanguageModelTask : public train::Task {
   }
 
  private:
+  // (model may be the strategy's wrapper of the tensor-parallel model: the loss is its own.)
+  Tensor next_token_loss(nn::Module& model, const Tensor& x, const Tensor& y) const {
+    return tensor_parallel_ ? tensor_parallel_->loss(model(x), y) : lm_loss(model, x, y);
+  }
+
   data::ContextSampler val_;
   int64_t eval_iters_, rows_, first_row_;
   Device device_;
   std::shared_ptr<dist::ProcessGroup> group_;
+  std::shared_ptr<dist::TensorParallelGPT> tensor_parallel_;
 };
 
 }  // namespace
@@ -197,20 +208,40 @@ int run_train_lm(const TrainOptions& o) {
                "train: --model gpt follows a linear warm-up then a cosine decay to --min-lr; "
                "--scheduler ",
                o.scheduler, " is not supported with it");
-  GRADUS_CHECK(o.tp == 1 && o.pp == 1, ValueError,
-               "train: --tp/--pp (tensor and pipeline parallelism) are not supported with "
-               "--model gpt yet; its data-parallel strategies are --dist ddp|ps|zero1");
+  GRADUS_CHECK(o.pp == 1, ValueError,
+               "train: --pp (pipeline parallelism) is not supported with --model gpt yet; it "
+               "trains with --dist ddp|ps|zero1 and --tp N");
+  if (o.tp > 1) {
+    // Not yet with a model split by --tp: checkpoints hold one rank's state today, and the
+    // weights of --init-from are one process's.
+    for (const char* option : {"checkpoint-dir", "resume", "resume-or-start", "init-from"}) {
+      GRADUS_CHECK(!o.given.count(option), ValueError, "train: --", option,
+                   " is not supported with --tp and --model gpt yet");
+    }
+    GRADUS_CHECK(!o.cuda_graph, ValueError,
+                 "train: --cuda-graph is not supported with --tp (the tensor-parallel layers "
+                 "exchange activations through MPI inside the step)");
+    GRADUS_CHECK(o.dropout == 0, ValueError, "train: --dropout ", o.dropout,
+                 " is not supported with --tp (the split attention cannot draw the one-process "
+                 "dropout); give --dropout 0");
+  }
   GRADUS_CHECK(!o.given.count("vocab-size") || o.data == "tokens", ValueError,
                "train: --vocab-size applies to --data tokens; the vocabulary of --data text is "
                "the file's bytes");
   TrainOptions run = o;
   if (run.resume_or_start) run.resume = true;
   apply_threads(run.threads);
-  // --dist: every rank runs this function on its rows of each global batch.
-  const bool distributed = !run.dist.empty();
+  // --dist: every data rank runs this function on its rows of each global batch; --tp N: each
+  // replica is N ranks that split the model (and see the same rows).
+  const bool distributed = !run.dist.empty() || run.tp > 1;
   const dist::World world =
       distributed ? dist::init({.timeout_seconds = run.dist_timeout}) : dist::World{};
   const bool lead = world.rank == 0;  // logs, metrics, checkpoints and --save
+  GRADUS_CHECK(world.size % run.tp == 0, ValueError, "train: --tp ", run.tp,
+               " needs a multiple of ", run.tp,
+               " ranks (launch under mpirun/srun); this world has ", world.size);
+  const dist::ParallelGroups groups = dist::make_parallel_groups({.tensor = run.tp});
+  const int data_ranks = groups.layout.data, data_rank = groups.data_rank;
   Device device = resolve_device(run.device);
   if (distributed && device.is_cuda()) device = Device::cuda(cuda::current_device());
   if (!run.memory_limit.empty()) host::set_memory_limit(parse_byte_size(run.memory_limit));
@@ -222,11 +253,21 @@ int run_train_lm(const TrainOptions& o) {
   GRADUS_CHECK(!run.data_file.empty(), ValueError, "train: --model gpt needs --data-file FILE");
   GRADUS_CHECK(run.iters > 0 && run.eval_every > 0 && run.eval_iters > 0, ValueError,
                "train: --iters, --eval-every and --eval-iters must be positive");
-  GRADUS_CHECK(run.batch_size % world.size == 0, ValueError, "train: --batch-size ", run.batch_size,
-               " (the global batch) does not divide over the ", world.size,
-               " ranks; use a multiple of ", world.size);
-  std::unique_ptr<train::Strategy> strategy =
-      train::make_strategy(distributed ? run.dist : "local");
+  GRADUS_CHECK(run.batch_size % data_ranks == 0, ValueError, "train: --batch-size ", run.batch_size,
+               " (the global batch) does not divide over the ", data_ranks,
+               " data-parallel rank(s); use a multiple of ", data_ranks);
+  // The model split by --tp (set below): clipping needs to know which parameters are its shards.
+  std::shared_ptr<dist::TensorParallelGPT> tensor_parallel;
+  const std::string strategy_name =
+      !run.dist.empty() ? run.dist : (data_ranks > 1 ? "ddp" : "local");
+  train::StrategyOptions strategy_options{.group = groups.data};
+  if (run.tp > 1) {
+    strategy_options.tensor_group = groups.tensor;
+    strategy_options.is_tensor_shard = [&tensor_parallel](const Tensor& p) {
+      return tensor_parallel->is_shard(p);
+    };
+  }
+  std::unique_ptr<train::Strategy> strategy = train::make_strategy(strategy_name, strategy_options);
   const std::optional<DType> amp = amp_option(run.amp);
   GRADUS_CHECK(amp != DType::f16, ValueError,
                "train: --model gpt supports --amp bf16 (f16 needs loss scaling, not wired here)");
@@ -261,10 +302,16 @@ int run_train_lm(const TrainOptions& o) {
   }
   run.vocab_size = vocab_size;  // (the run configuration holds the one used)
   const auto [train_tokens, val_tokens] = data::split_train_val(tokens);
-  const int64_t rows = run.batch_size / world.size, first_row = world.rank * rows;
+  const int64_t rows = run.batch_size / data_ranks, first_row = data_rank * rows;
 
   const nn::GPTConfig config = gpt_config(run.gpt, vocab_size, run.dropout);
-  auto model = std::make_shared<nn::GPT>(config);
+  std::shared_ptr<nn::Module> model;
+  if (run.tp > 1) {
+    tensor_parallel = std::make_shared<dist::TensorParallelGPT>(config, groups.tensor);
+    model = tensor_parallel;
+  } else {
+    model = std::make_shared<nn::GPT>(config);
+  }
   model->to(device);
   if (!run.init_from.empty()) {
     io::load_module(*model, run.init_from);
@@ -300,12 +347,11 @@ int run_train_lm(const TrainOptions& o) {
                                                  run.seed, run.iters);
   data::DataLoader train_loader(windows, {.batch_size = run.batch_size,
                                           .device = device,
-                                          .rank = world.rank,
-                                          .world_size = distributed ? world.size : 1});
-  const std::shared_ptr<dist::ProcessGroup> group = dist::default_group();
+                                          .rank = data_rank,
+                                          .world_size = data_ranks});
   auto task = std::make_shared<LanguageModelTask>(
       data::ContextSampler(val_tokens, run.gpt.context, run.batch_size, run.seed + 1),
-      run.eval_iters, rows, first_row, device, group);
+      run.eval_iters, rows, first_row, device, groups.data, tensor_parallel);
   train::TrainerOptions options;
   options.epochs = 1;
   options.amp = amp;
@@ -325,8 +371,10 @@ int run_train_lm(const TrainOptions& o) {
   options.who = "gradus train";
   options.divergence_hint = "lower --lr or raise --warmup-steps";
   train::Trainer trainer(model, make_adamw, task, options, std::move(strategy));
-  const RunLayout layout{
-      .world = world.size, .data = world.size, .strategy = trainer.strategy().name()};
+  const RunLayout layout{.world = world.size,
+                         .data = data_ranks,
+                         .tensor = run.tp,
+                         .strategy = trainer.strategy().name()};
 
   if (lead) {
     std::printf(
@@ -405,13 +453,22 @@ int run_train_lm(const TrainOptions& o) {
     val_loss = task->evaluate(*model).at("loss");
     model->train();
   }
+  // --save: the one-process model (under --tp gathered from the ranks' slices, a collective).
+  std::shared_ptr<nn::GPT> whole = std::dynamic_pointer_cast<nn::GPT>(model);
+  if (!run.save.empty() && tensor_parallel) {
+    const nn::StateDict full = tensor_parallel->full_state_dict();
+    if (lead) {
+      whole = std::make_shared<nn::GPT>(config);
+      whole->load_state_dict(full);
+    }
+  }
   if (!run.save.empty() && lead) {
-    check_finite_parameters(*model, "--save " + run.save);
+    check_finite_parameters(*whole, "--save " + run.save);
     std::map<std::string, std::string> meta = {{"format", "pt"},
                                                {"gradus.model", "gpt"},
                                                {"gradus.gpt_config", config_json(config).dump()}};
     if (run.data == "text") meta["gradus.vocab_hex"] = to_hex(vocab.to_string());
-    io::save_module(*model, run.save, meta);
+    io::save_module(*whole, run.save, meta);
     std::printf("saved %s\n", run.save.c_str());
   }
   std::printf("val_loss=%.4f\n", val_loss);

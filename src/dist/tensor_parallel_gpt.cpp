@@ -165,6 +165,19 @@ Tensor TensorParallelGPT::loss(const Tensor& logits_shard, const Tensor& targets
                                       targets.reshape({-1}), group_);
 }
 
+bool TensorParallelGPT::is_shard(const Tensor& p) const {
+  const Impl& m = *impl_;
+  const auto same = [&p](const Tensor& t) { return t.defined() && t.impl() == p.impl(); };
+  if (same(m.wte->weight)) return true;
+  for (const auto& b : m.blocks) {
+    if (same(b->attn->qkv_weight) || same(b->attn->qkv_bias) || same(b->attn->proj_weight) ||
+        same(b->mlp->c_fc->weight) || same(b->mlp->c_fc->bias) || same(b->mlp->c_proj->weight)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 nn::StateDict TensorParallelGPT::full_state_dict() const {
   const Impl& m = *impl_;
   nn::StateDict d;

@@ -1,11 +1,14 @@
 // The data-parallel strategies and their registry (gradus/train/strategy.h).
 #include "gradus/train/strategy.h"
 
+#include <cmath>
 #include <sstream>
 
+#include "gradus/autograd.h"
 #include "gradus/dist/module_sync.h"
 #include "gradus/dist/parameter_server.h"
 #include "gradus/dist/zero.h"
+#include "gradus/ops.h"
 #include "gradus/optim/clip.h"
 
 namespace gradus::train {
@@ -31,9 +34,51 @@ void Strategy::step(amp::GradScaler& scaler, double max_grad_norm) {
                " does not support loss scaling (--amp f16)");
   if (max_grad_norm > 0) {
     scaler.unscale_(optimizer());  // the norm of the true gradients (nothing when disabled)
-    optim::clip_grad_norm(model().trainable_parameters(), max_grad_norm);
+    if (options_.tensor_group && options_.tensor_group->size() > 1) {
+      clip_tensor_parallel(max_grad_norm);
+    } else {
+      optim::clip_grad_norm(model().trainable_parameters(), max_grad_norm);
+    }
   }
   scaler.step(optimizer());  // the plain optimizer step when the scaler is disabled
+}
+
+void Strategy::refuse_tensor_parallel_clipping() const {
+  GRADUS_CHECK(!options_.tensor_group || options_.tensor_group->size() == 1, ValueError,
+               "train: strategy ", name(),
+               " does not support a tensor-parallel model yet (it clips and steps on its own); "
+               "use --dist ddp");
+}
+
+// optim::clip_grad_norm's 2-norm and scale over a model split by tensor parallelism: the shards'
+// squared norms summed over the tensor group, the replicated parameters' counted once.
+void Strategy::clip_tensor_parallel(double max_grad_norm) {
+  GRADUS_CHECK(options_.is_tensor_shard != nullptr, ValueError,
+               "train: StrategyOptions::tensor_group is set without is_tensor_shard");
+  Tensor shards, replicated;  // sums of squares (f64), where the gradients are
+  std::vector<Tensor> grads;
+  for (const Tensor& p : model().trainable_parameters()) {
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    grads.push_back(g);
+    const Tensor squares = sum(mul(g, g)).to(DType::f64);
+    Tensor& into = options_.is_tensor_shard(p) ? shards : replicated;
+    into = into.defined() ? add(into, squares) : squares;
+  }
+  if (grads.empty()) return;
+  const Device device = grads.front().device();
+  if (!shards.defined()) shards = zeros({}, {.dtype = DType::f64, .device = device});
+  Tensor total_shards = shards.reshape({1}).contiguous();
+  options_.tensor_group->all_reduce(total_shards, dist::ReduceOp::sum, "tensor-parallel grad norm")
+      ->wait();
+  Tensor squares = total_shards.reshape({});
+  if (replicated.defined()) squares = add(squares, replicated);
+  const double norm = std::sqrt(squares.item());
+  const double scale = max_grad_norm / (norm + 1e-6);
+  if (scale < 1) {
+    NoGradGuard no_grad;
+    for (Tensor g : grads) g.mul_(scale);
+  }
 }
 
 namespace {
@@ -81,6 +126,7 @@ class ParameterServerStrategy final : public Strategy {
   const char* name() const override { return "ps"; }
   StrategyCaps caps() const override { return {}; }
   void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make) override {
+    refuse_tensor_parallel_clipping();
     model_ = std::move(model);
     optimizer_ = make(model_->trainable_parameters());
     server_ = std::make_unique<dist::ParameterServer>(
@@ -107,6 +153,7 @@ class Zero1Strategy final : public Strategy {
     return {.loss_scaling = false, .graph_capture = false, .sharded_optimizer_state = true};
   }
   void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make) override {
+    refuse_tensor_parallel_clipping();
     model_ = std::move(model);
     dist::broadcast_module_state(*model_, *group_, 0);
     // The trainable parameters only: a frozen one is neither in the shards nor updated (an

@@ -59,6 +59,33 @@ for np in 2 3; do
   done
 done
 
+# Tensor parallelism (dist::TensorParallelGPT): 2 ranks splitting the model, and 2 data x 2
+# tensor ranks (ddp over the data ranks), with the default gradient clipping (its norm summed over
+# the shards): the same losses and weights.
+for layout in "2 --tp 2" "4 --tp 2" "4 --tp 2 --dist ddp"; do
+  np=${layout%% *}
+  # shellcheck disable=SC2086
+  launch $layout --save "$work/tp.safetensors" --metrics "$work/tp.jsonl" >"$work/run.log" 2>&1 ||
+    fail "-np $layout: $(tail -3 "$work/run.log")"
+  [ "$(losses "$work/run.log")" = "$reference" ] ||
+    fail "-np $layout printed $(losses "$work/run.log"), one process $reference"
+  close_to "$work/one.safetensors" "$work/tp.safetensors" "-np $layout"
+  data=$((np / 2))
+  strategy=$([ "$data" = 1 ] && echo local || echo ddp)
+  grep -q "\"layout\":{\"world\":$np,\"data\":$data,\"pipeline\":1,\"tensor\":2,\"strategy\":\"$strategy\"}" \
+    "$work/tp.jsonl" || fail "-np $layout: no layout in the metrics: $(head -1 "$work/tp.jsonl")"
+  runs=$((runs + 1))
+  echo "gpt_strategies: -np $layout: the same losses, weights within bounds ($(tail -1 "$work/compare.txt"))"
+done
+# What --tp does not do yet is refused on every rank, naming it.
+for refused in "--dist zero1:strategy zero1 does not support a tensor-parallel model" \
+               "--checkpoint-dir $work/cktp:--checkpoint-dir is not supported with --tp" \
+               "--dropout 0.1:--dropout 0.1 is not supported with --tp"; do
+  launch 2 --tp 2 ${refused%%:*} >"$work/run.log" 2>&1 && fail "--tp 2 ${refused%%:*} was accepted"
+  grep -q -- "${refused#*:}" "$work/run.log" || fail "--tp 2 ${refused%%:*}: $(tail -3 "$work/run.log")"
+done
+echo "gpt_strategies: --tp 2 refuses --dist zero1, --checkpoint-dir and --dropout, naming each"
+
 # One process, stopped after 2 steps and resumed: bitwise the uninterrupted run.
 "$gradus" "${common[@]}" --checkpoint-dir "$work/ck1" --checkpoint-every 2 --stop-after-steps 2 \
   >"$work/stop.log" 2>&1 || fail "stop: $(tail -3 "$work/stop.log")"

@@ -38,6 +38,10 @@ class TensorParallelGPT : public nn::Module {
   // nn::GPT(config).state_dict()'s names and shapes, gathered from every rank (a collective).
   nn::StateDict full_state_dict() const;
   void load_full_state_dict(const nn::StateDict& full);
+  // Whether parameter p is this rank's shard of a split weight (true) or replicated on every rank
+  // of the group (LayerNorms, position embeddings, the row-parallel layers' biases): what
+  // train::StrategyOptions::is_tensor_shard asks, so that clipping counts each value once.
+  bool is_shard(const Tensor& p) const;
 
   nn::GPTConfig config;
   int64_t padded_vocab;  // config.vocab_size rounded up to a multiple of the group's size

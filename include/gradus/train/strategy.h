@@ -57,6 +57,12 @@ struct StrategyOptions {
   // a world of one when dist::init was not called.
   std::shared_ptr<dist::ProcessGroup> group = nullptr;
   dist::DDPOptions ddp = {};  // bucket sizes and overlap ("ddp"; its group is the one above)
+  // Tensor parallelism inside each data replica (e.g. dist::TensorParallelGPT): the group its
+  // shards are split over, and which parameters are shards. Gradient clipping then sums the
+  // shards' squared norms over that group and counts the replicated parameters once, as one
+  // process clips. ("local" and "ddp" only: the others refuse it.)
+  std::shared_ptr<dist::ProcessGroup> tensor_group = nullptr;
+  std::function<bool(const Tensor&)> is_tensor_shard = nullptr;
 };
 
 class Strategy {
@@ -88,6 +94,9 @@ class Strategy {
   dist::ProcessGroup& group() const { return *group_; }
 
  protected:
+  void clip_tensor_parallel(double max_grad_norm);
+  void refuse_tensor_parallel_clipping() const;  // (ps, zero1)
+
   std::shared_ptr<dist::ProcessGroup> group_;
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
