@@ -212,12 +212,6 @@ int run_train_lm(const TrainOptions& o) {
                "train: --pp (pipeline parallelism) is not supported with --model gpt yet; it "
                "trains with --dist ddp|ps|zero1 and --tp N");
   if (o.tp > 1) {
-    // Not yet with a model split by --tp: checkpoints hold one rank's state today, and the
-    // weights of --init-from are one process's.
-    for (const char* option : {"checkpoint-dir", "resume", "resume-or-start", "init-from"}) {
-      GRADUS_CHECK(!o.given.count(option), ValueError, "train: --", option,
-                   " is not supported with --tp and --model gpt yet");
-    }
     GRADUS_CHECK(!o.cuda_graph, ValueError,
                  "train: --cuda-graph is not supported with --tp (the tensor-parallel layers "
                  "exchange activations through MPI inside the step)");
@@ -256,31 +250,24 @@ int run_train_lm(const TrainOptions& o) {
   GRADUS_CHECK(run.batch_size % data_ranks == 0, ValueError, "train: --batch-size ", run.batch_size,
                " (the global batch) does not divide over the ", data_ranks,
                " data-parallel rank(s); use a multiple of ", data_ranks);
-  // The model split by --tp (set below): clipping needs to know which parameters are its shards.
-  std::shared_ptr<dist::TensorParallelGPT> tensor_parallel;
   const std::string strategy_name =
       !run.dist.empty() ? run.dist : (data_ranks > 1 ? "ddp" : "local");
-  train::StrategyOptions strategy_options{.group = groups.data};
-  if (run.tp > 1) {
-    strategy_options.tensor_group = groups.tensor;
-    strategy_options.is_tensor_shard = [&tensor_parallel](const Tensor& p) {
-      return tensor_parallel->is_shard(p);
-    };
-  }
-  std::unique_ptr<train::Strategy> strategy = train::make_strategy(strategy_name, strategy_options);
+  // What the strategy supports decides what is refused before the data is read (the strategy
+  // itself is made once the model is, which it may need to know: --tp).
+  const train::StrategyCaps caps = train::make_strategy(strategy_name)->caps();
   const std::optional<DType> amp = amp_option(run.amp);
   GRADUS_CHECK(amp != DType::f16, ValueError,
                "train: --model gpt supports --amp bf16 (f16 needs loss scaling, not wired here)");
   GRADUS_CHECK(!run.cuda_graph || device.is_cuda(), ValueError,
                "train: --cuda-graph needs a CUDA device, and the run is on ", device.str(),
                " (--device ", run.device, ")");
-  GRADUS_CHECK(!run.cuda_graph || strategy->caps().graph_capture, ValueError,
+  GRADUS_CHECK(!run.cuda_graph || caps.graph_capture, ValueError,
                "train: --cuda-graph is not supported with --dist ", run.dist,
                " (each step exchanges values through the host)");
   // ZeRO-1 shards one flat group: nanoGPT's two groups (decay on matrices only) cannot be kept.
   const double weight_decay = run.weight_decay < 0 ? 0.1 : run.weight_decay;
-  GRADUS_CHECK(!strategy->caps().sharded_optimizer_state || weight_decay == 0, ValueError,
-               "train: --dist ", run.dist,
+  GRADUS_CHECK(!caps.sharded_optimizer_state || weight_decay == 0, ValueError, "train: --dist ",
+               run.dist,
                " shards the optimizer as one parameter group, and --model gpt decays only its "
                "matrices (AdamW weight decay ",
                weight_decay, "): give --weight-decay 0 or use --dist ddp|ps");
@@ -306,14 +293,27 @@ int run_train_lm(const TrainOptions& o) {
 
   const nn::GPTConfig config = gpt_config(run.gpt, vocab_size, run.dropout);
   std::shared_ptr<nn::Module> model;
+  std::shared_ptr<dist::TensorParallelGPT> tensor_parallel;  // the model, when --tp splits it
+  train::StrategyOptions strategy_options{.group = groups.data};
   if (run.tp > 1) {
     tensor_parallel = std::make_shared<dist::TensorParallelGPT>(config, groups.tensor);
     model = tensor_parallel;
+    strategy_options.tensor_parallel = tensor_parallel;
   } else {
     model = std::make_shared<nn::GPT>(config);
   }
+  std::unique_ptr<train::Strategy> strategy = train::make_strategy(strategy_name, strategy_options);
   model->to(device);
-  if (!run.init_from.empty()) {
+  if (!run.init_from.empty() && tensor_parallel) {
+    // One process's weights, read into one process's model, then this rank's slices of them
+    // (the generator put back: the one-process run draws no second model).
+    const PhiloxState rng = default_generator().state();
+    nn::GPT whole(config);
+    default_generator().set_state(rng);
+    io::load_module(whole, run.init_from);
+    tensor_parallel->load_full_state_dict(whole.state_dict());
+    if (lead) std::fprintf(stderr, "gradus train: --init-from %s: loaded\n", run.init_from.c_str());
+  } else if (!run.init_from.empty()) {
     io::load_module(*model, run.init_from);
     if (lead) std::fprintf(stderr, "gradus train: --init-from %s: loaded\n", run.init_from.c_str());
   }

@@ -46,13 +46,17 @@ TensorParallelSelfAttention::TensorParallelSelfAttention(const nn::GPTConfig& co
   nn::CausalSelfAttention full(config);
   const int64_t r = group_->rank(), k = local_width;
   NoGradGuard no_grad;
+  // In nn::CausalSelfAttention's order (c_attn's weight and bias, then c_proj's), so that an
+  // optimizer's state indices mean the same parameters in both.
   qkv_weight = register_parameter(
       "qkv_weight", qkv_rows(full.c_attn->weight.detach(), n_embd, r, k).contiguous());
-  proj_weight = register_parameter("proj_weight",
-                                   full.c_proj->weight.detach().narrow(1, r * k, k).contiguous());
   if (config.bias) {
     qkv_bias = register_parameter("qkv_bias",
                                   qkv_rows(full.c_attn->bias.detach(), n_embd, r, k).contiguous());
+  }
+  proj_weight = register_parameter("proj_weight",
+                                   full.c_proj->weight.detach().narrow(1, r * k, k).contiguous());
+  if (config.bias) {
     proj_bias = register_parameter("proj_bias", full.c_proj->bias.detach().clone());
   }
 }

@@ -165,17 +165,86 @@ Tensor TensorParallelGPT::loss(const Tensor& logits_shard, const Tensor& targets
                                       targets.reshape({-1}), group_);
 }
 
-bool TensorParallelGPT::is_shard(const Tensor& p) const {
+// How a parameter is split: which one-process rows or columns this rank holds.
+enum class TensorParallelGPT::Split { replicated, vocab_rows, qkv_rows, rows, columns };
+
+TensorParallelGPT::Split TensorParallelGPT::split_of(const Tensor& p) const {
   const Impl& m = *impl_;
   const auto same = [&p](const Tensor& t) { return t.defined() && t.impl() == p.impl(); };
-  if (same(m.wte->weight)) return true;
+  if (same(m.wte->weight)) return Split::vocab_rows;
   for (const auto& b : m.blocks) {
-    if (same(b->attn->qkv_weight) || same(b->attn->qkv_bias) || same(b->attn->proj_weight) ||
-        same(b->mlp->c_fc->weight) || same(b->mlp->c_fc->bias) || same(b->mlp->c_proj->weight)) {
-      return true;
+    if (same(b->attn->qkv_weight) || same(b->attn->qkv_bias)) return Split::qkv_rows;
+    if (same(b->mlp->c_fc->weight) || same(b->mlp->c_fc->bias)) return Split::rows;
+    if (same(b->attn->proj_weight) || same(b->mlp->c_proj->weight)) return Split::columns;
+  }
+  return Split::replicated;
+}
+
+bool TensorParallelGPT::is_shard(const Tensor& p) const {
+  return split_of(p) != Split::replicated;
+}
+
+Tensor TensorParallelGPT::gather_shards(const Tensor& p, const Tensor& local) const {
+  const Split split = split_of(p);
+  if (split == Split::replicated) return local;
+  GRADUS_CHECK(local.sizes() == p.sizes(), ShapeError,
+               "TensorParallelGPT::gather_shards: expected a tensor shaped like the parameter ",
+               shape_str(p.sizes()), ", got ", shape_str(local.sizes()));
+  const std::vector<Tensor> parts =
+      detail::gather_from_every_rank(local.detach().contiguous(), *group_, "gather_shards");
+  switch (split) {
+    case Split::vocab_rows:
+      return cat(parts, 0).narrow(0, 0, config.vocab_size).contiguous();
+    case Split::rows:
+      return cat(parts, 0);
+    case Split::columns:
+      return cat(parts, 1);
+    case Split::qkv_rows: {  // each rank's [q; k; v] rows back into the stacked [3C, ...] layout
+      const int64_t k = local.size(0) / 3;
+      std::vector<Tensor> blocks;
+      for (int64_t which = 0; which < 3; ++which) {
+        for (const Tensor& part : parts) blocks.push_back(part.narrow(0, which * k, k));
+      }
+      return cat(blocks, 0);
+    }
+    case Split::replicated:
+      break;
+  }
+  return local;
+}
+
+Tensor TensorParallelGPT::take_shard(const Tensor& p, const Tensor& full) const {
+  const Split split = split_of(p);
+  const int64_t r = group_->rank(), n = group_->size();
+  switch (split) {
+    case Split::replicated:
+      return full;
+    case Split::vocab_rows: {  // this rank's rows; rows past the vocabulary (padding) are zero
+      const int64_t local = p.size(0), first = r * local;
+      Tensor rows = zeros(p.sizes(), {.dtype = full.dtype(), .device = full.device()});
+      const int64_t real = std::max<int64_t>(0, std::min(local, full.size(0) - first));
+      if (real > 0) {
+        NoGradGuard no_grad;
+        rows.narrow(0, 0, real).copy_(full.narrow(0, first, real));
+      }
+      return rows;
+    }
+    case Split::rows: {
+      const int64_t k = full.size(0) / n;
+      return full.narrow(0, r * k, k).contiguous();
+    }
+    case Split::columns: {
+      const int64_t k = full.size(1) / n;
+      return full.narrow(1, r * k, k).contiguous();
+    }
+    case Split::qkv_rows: {
+      const int64_t c = full.size(0) / 3, k = c / n;
+      return cat({full.narrow(0, r * k, k), full.narrow(0, c + r * k, k),
+                  full.narrow(0, 2 * c + r * k, k)},
+                 0);
     }
   }
-  return false;
+  return full;
 }
 
 nn::StateDict TensorParallelGPT::full_state_dict() const {

@@ -151,6 +151,39 @@ EpochProgress load_epoch_progress(const io::TrainingState& s) {
   return p;
 }
 
+namespace {
+
+// "state.12.exp_avg" -> 12; -1 if the key does not name a parameter's state.
+int64_t state_index(const std::string& key) {
+  if (key.rfind("state.", 0) != 0) return -1;
+  const size_t dot = key.find('.', 6);
+  if (dot == std::string::npos || dot == 6) return -1;
+  int64_t index = 0;
+  for (size_t i = 6; i < dot; ++i) {
+    if (key[i] < '0' || key[i] > '9') return -1;
+    index = index * 10 + (key[i] - '0');
+  }
+  return index;
+}
+
+// Each state tensor of a tensor-parallel model's optimizer shaped like its parameter's shard
+// mapped through `map` (gather into, or take a shard of, one process's tensor). The parameters
+// come in one process's order (TensorParallelModule), so the indices stay.
+template <typename Map>
+optim::OptimizerState map_parameter_states(const optim::OptimizerState& state,
+                                           const optim::Optimizer& optimizer, Map map) {
+  optim::OptimizerState out = state;
+  const std::vector<Tensor> params = optimizer.all_params();
+  for (auto& [key, t] : out.tensors) {  // (a std::map: the same order on every rank)
+    const int64_t index = state_index(key);
+    if (index < 0 || index >= static_cast<int64_t>(params.size())) continue;
+    t = map(params[static_cast<size_t>(index)], t);
+  }
+  return out;
+}
+
+}  // namespace
+
 Checkpointer::Checkpointer(CheckpointOptions options, nn::Module& model,
                            optim::Optimizer& optimizer, optim::LRScheduler* scheduler,
                            const amp::GradScaler& scaler, std::string config, bool writer)
@@ -169,6 +202,14 @@ std::string Checkpointer::save(int64_t step, data::LoaderPosition next,
   // A sharded optimizer's state_dict() gathers (a collective: every rank is here) the state one
   // unsharded optimizer would have, so the checkpoint resumes at any world size.
   io::TrainingState s = io::capture_training_state(model_, &optimizer_, step, scheduler_);
+  if (dist::TensorParallelModule* split = options_.tensor_parallel) {
+    // One process's model and optimizer state, gathered from the shards (every rank is here).
+    s.model = split->full_state_dict();
+    s.optimizer =
+        map_parameter_states(s.optimizer, optimizer_, [split](const Tensor& p, const Tensor& t) {
+          return t.sizes() == p.sizes() ? split->gather_shards(p, t) : t;
+        });
+  }
   if (scaler_.is_enabled()) s.scaler = scaler_.state_dict();
   last_step_ = step;
   last_position_ = next;
@@ -241,9 +282,18 @@ StartPoint find_start(const CheckpointOptions& o, const std::string& config, nn:
     say("%s: --resume: falling back to %s, the newest good checkpoint\n", who, good->path.c_str());
   }
   const std::optional<std::string> latest = good->path;
-  const io::TrainingState& state = good->state;
+  io::TrainingState& state = good->state;
   for (const std::string& note : check_config(state.config, config, *latest)) {
     say("%s: warning: %s\n", who, note.c_str());
+  }
+  if (dist::TensorParallelModule* split = o.tensor_parallel) {
+    // One process's state: this rank's shards of it, then restored as this model's own.
+    split->load_full_state_dict(state.model);
+    state.model = model.state_dict();
+    state.optimizer = map_parameter_states(
+        state.optimizer, optimizer, [split](const Tensor& p, const Tensor& full) {
+          return split->is_shard(p) ? split->take_shard(p, full) : full;
+        });
   }
   // (A sharded optimizer takes this rank's shard of the whole state.)
   io::restore_training_state(state, model, &optimizer, scheduler, /*restore_rng=*/true);

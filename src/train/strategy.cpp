@@ -21,6 +21,11 @@ nn::Module& Strategy::model() const {
   return *model_;
 }
 
+dist::ProcessGroup& Strategy::run_group() const {
+  return tensor_parallel() && tensor_parallel()->tensor_group().size() > 1 ? *dist::default_group()
+                                                                           : *group_;
+}
+
 optim::Optimizer& Strategy::optimizer() const {
   GRADUS_CHECK(optimizer_ != nullptr, ValueError, "train: strategy ", name(),
                " used before setup()");
@@ -34,7 +39,7 @@ void Strategy::step(amp::GradScaler& scaler, double max_grad_norm) {
                " does not support loss scaling (--amp f16)");
   if (max_grad_norm > 0) {
     scaler.unscale_(optimizer());  // the norm of the true gradients (nothing when disabled)
-    if (options_.tensor_group && options_.tensor_group->size() > 1) {
+    if (options_.tensor_parallel && options_.tensor_parallel->tensor_group().size() > 1) {
       clip_tensor_parallel(max_grad_norm);
     } else {
       optim::clip_grad_norm(model().trainable_parameters(), max_grad_norm);
@@ -44,8 +49,8 @@ void Strategy::step(amp::GradScaler& scaler, double max_grad_norm) {
 }
 
 void Strategy::refuse_tensor_parallel_clipping() const {
-  GRADUS_CHECK(!options_.tensor_group || options_.tensor_group->size() == 1, ValueError,
-               "train: strategy ", name(),
+  GRADUS_CHECK(!options_.tensor_parallel || options_.tensor_parallel->tensor_group().size() == 1,
+               ValueError, "train: strategy ", name(),
                " does not support a tensor-parallel model yet (it clips and steps on its own); "
                "use --dist ddp");
 }
@@ -53,8 +58,7 @@ void Strategy::refuse_tensor_parallel_clipping() const {
 // optim::clip_grad_norm's 2-norm and scale over a model split by tensor parallelism: the shards'
 // squared norms summed over the tensor group, the replicated parameters' counted once.
 void Strategy::clip_tensor_parallel(double max_grad_norm) {
-  GRADUS_CHECK(options_.is_tensor_shard != nullptr, ValueError,
-               "train: StrategyOptions::tensor_group is set without is_tensor_shard");
+  const dist::TensorParallelModule& split = *options_.tensor_parallel;
   Tensor shards, replicated;  // sums of squares (f64), where the gradients are
   std::vector<Tensor> grads;
   for (const Tensor& p : model().trainable_parameters()) {
@@ -62,14 +66,15 @@ void Strategy::clip_tensor_parallel(double max_grad_norm) {
     if (!g.defined()) continue;
     grads.push_back(g);
     const Tensor squares = sum(mul(g, g)).to(DType::f64);
-    Tensor& into = options_.is_tensor_shard(p) ? shards : replicated;
+    Tensor& into = split.is_shard(p) ? shards : replicated;
     into = into.defined() ? add(into, squares) : squares;
   }
   if (grads.empty()) return;
   const Device device = grads.front().device();
   if (!shards.defined()) shards = zeros({}, {.dtype = DType::f64, .device = device});
   Tensor total_shards = shards.reshape({1}).contiguous();
-  options_.tensor_group->all_reduce(total_shards, dist::ReduceOp::sum, "tensor-parallel grad norm")
+  split.tensor_group()
+      .all_reduce(total_shards, dist::ReduceOp::sum, "tensor-parallel grad norm")
       ->wait();
   Tensor squares = total_shards.reshape({});
   if (replicated.defined()) squares = add(squares, replicated);

@@ -91,7 +91,7 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, const OptimizerFactory& make
   settings["trainer.checkpoint_every"] = std::to_string(options_.checkpoint_every);
   settings["trainer.resume"] = options_.checkpoints.resume ? "yes" : "no";
   settings["trainer.eval_every"] = std::to_string(options_.eval_every);
-  check_ranks_agree(strategy_->group(), settings, who, "checked before training");
+  check_ranks_agree(strategy_->run_group(), settings, who, "checked before training");
   strategy_->setup(std::move(model), make_optimizer);
 }
 
@@ -126,12 +126,15 @@ std::map<std::string, double> Trainer::evaluate() {
 FitResult Trainer::fit(data::DataLoader& loader) {
   using Clock = std::chrono::steady_clock;
   const char* who = options_.who.c_str();
+  // group: the data ranks (each holds a slice of the global batch); run: every rank of the run,
+  // over which stops, resumes and settings are agreed (with tensor parallelism, the world).
   dist::ProcessGroup& group = strategy_->group();
-  const bool writer = group.rank() == 0;
+  dist::ProcessGroup& run = strategy_->run_group();
+  const bool writer = run.rank() == 0;
   const int64_t steps_per_epoch = loader.size();
   // First the ranks agree on the data (a rank whose loader is empty while the others' is not
   // must not leave them waiting in a collective), then an empty loader is refused everywhere.
-  check_ranks_agree(group,
+  check_ranks_agree(run,
                     {{"data.examples", std::to_string(loader.dataset().size())},
                      {"data.batch_size", std::to_string(loader.options().batch_size)},
                      {"data.batches_per_epoch", std::to_string(steps_per_epoch)}},
@@ -150,13 +153,14 @@ FitResult Trainer::fit(data::DataLoader& loader) {
   CheckpointOptions ckpt = options_.checkpoints;
   if (ckpt.who == "train") ckpt.who = options_.who;
   ckpt.report = ckpt.report && writer;  // one rank reports for the world
+  ckpt.tensor_parallel = strategy_->tensor_parallel();
   const StartPoint start = find_start(ckpt, options_.config, model(), scaler_, optimizer(),
                                       scheduler_.get(), options_.check_config);
   // A replayed step reads its learning rate and step count from the device.
   if (options_.cuda_graph) optimizer().set_capturable(true);
   Checkpointer checkpoints(ckpt, model(), optimizer(), scheduler_.get(), scaler_, options_.config,
                            writer);
-  check_ranks_agree(group,
+  check_ranks_agree(run,
                     {{"resume.step", std::to_string(start.step)},
                      {"resume.checkpoint", start.path.empty() ? "(none)" : start.path}},
                     who, "checked after resuming");
@@ -176,7 +180,9 @@ FitResult Trainer::fit(data::DataLoader& loader) {
     stop(start.position, start.progress, 0);
     return result;
   }
-  const bool data_parallel = group.size() > 1;
+  // (With tensor parallelism every rank of a replica holds the replica's loss, so the mean over
+  // the run is the mean over the data ranks.)
+  const bool data_parallel = run.size() > 1;
   StepGraph graph(options_.cuda_graph, kGraphWarmupSteps, options_.who);
   const StepGraph::Step one_step = [this](const Tensor& input, const Tensor& target) {
     return train_step(input, target);
@@ -211,7 +217,7 @@ FitResult Trainer::fit(data::DataLoader& loader) {
       // The stop decision: on a data-parallel run the one the ranks agreed on for this step.
       int stop_now = 0;
       if (data_parallel) {
-        const StepAgreement agreed = agree_on_step(group, loss);
+        const StepAgreement agreed = agree_on_step(run, loss);
         account({step, lr, n, Tensor()}, agreed.loss);
         stop_now = agreed.stop_signal;
       } else {

@@ -4,8 +4,10 @@
 # end at the one-process weights (gradus inspect --compare: every tensor within 1e-4 relative,
 # except the attention's qkv biases: the key third of them has a true gradient of exactly zero,
 # so AdamW turns the ranks' different rounding into steps of size lr there, 1e-3), and print the
-# same validation losses. Checkpoints: a one-process run stopped and resumed ends bitwise where an
-# uninterrupted one ends; a ddp checkpoint resumes on one process and under zero1.
+# same validation losses; so do 2 tensor-parallel ranks and 2 data x 2 tensor ranks. Checkpoints: a
+# one-process run stopped and resumed ends bitwise where an uninterrupted one ends; a ddp
+# checkpoint resumes on one process and under zero1; a --tp checkpoint on one process, and one
+# process's under --tp.
 # usage: gpt_strategies.sh GRADUS MPIRUN TEXT_SAMPLE
 set -uo pipefail
 gradus=$1
@@ -77,14 +79,29 @@ for layout in "2 --tp 2" "4 --tp 2" "4 --tp 2 --dist ddp"; do
   runs=$((runs + 1))
   echo "gpt_strategies: -np $layout: the same losses, weights within bounds ($(tail -1 "$work/compare.txt"))"
 done
+# Checkpoints under --tp hold one process's model and optimizer state: 2 tensor ranks stopped
+# after step 3 resume on one process, and one process's checkpoint resumes as 2 data x 2 tensor
+# ranks; both end at the one-process weights.
+launch 2 --tp 2 --checkpoint-dir "$work/cktp" --checkpoint-every 3 --stop-after-steps 3 \
+  >"$work/run.log" 2>&1 || fail "--tp 2 stop: $(tail -3 "$work/run.log")"
+"$gradus" "${common[@]}" --checkpoint-dir "$work/cktp" --resume --save "$work/tp_then_one.safetensors" \
+  >"$work/run.log" 2>&1 || fail "--tp 2 -> one process: $(tail -3 "$work/run.log")"
+grep -q "resuming from .* (step 3," "$work/run.log" || fail "--tp 2 -> one process did not resume from step 3"
+close_to "$work/one.safetensors" "$work/tp_then_one.safetensors" "--tp 2 -> one process"
+"$gradus" "${common[@]}" --checkpoint-dir "$work/ckone" --checkpoint-every 3 --stop-after-steps 3 \
+  >"$work/run.log" 2>&1 || fail "one process stop: $(tail -3 "$work/run.log")"
+launch 4 --tp 2 --checkpoint-dir "$work/ckone" --resume --save "$work/one_then_tp.safetensors" \
+  >"$work/run.log" 2>&1 || fail "one process -> 2 data x 2 tensor: $(tail -3 "$work/run.log")"
+grep -q "resuming from .* (step 3," "$work/run.log" || fail "one process -> --tp 2 on 4 did not resume from step 3"
+close_to "$work/one.safetensors" "$work/one_then_tp.safetensors" "one process -> 2 data x 2 tensor"
+echo "gpt_strategies: a --tp 2 checkpoint resumed on one process, and one process's as 2 data x 2 tensor ranks, end at the one-process weights"
 # What --tp does not do yet is refused on every rank, naming it.
 for refused in "--dist zero1:strategy zero1 does not support a tensor-parallel model" \
-               "--checkpoint-dir $work/cktp:--checkpoint-dir is not supported with --tp" \
                "--dropout 0.1:--dropout 0.1 is not supported with --tp"; do
   launch 2 --tp 2 ${refused%%:*} >"$work/run.log" 2>&1 && fail "--tp 2 ${refused%%:*} was accepted"
   grep -q -- "${refused#*:}" "$work/run.log" || fail "--tp 2 ${refused%%:*}: $(tail -3 "$work/run.log")"
 done
-echo "gpt_strategies: --tp 2 refuses --dist zero1, --checkpoint-dir and --dropout, naming each"
+echo "gpt_strategies: --tp 2 refuses --dist zero1 and --dropout, naming each"
 
 # One process, stopped after 2 steps and resumed: bitwise the uninterrupted run.
 "$gradus" "${common[@]}" --checkpoint-dir "$work/ck1" --checkpoint-every 2 --stop-after-steps 2 \

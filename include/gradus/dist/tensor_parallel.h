@@ -119,4 +119,25 @@ class TensorParallelMLP : public nn::Module {
   std::string activation;
 };
 
+// A model whose parameters are split over the ranks of a tensor-parallel group, as the training
+// layer sees it: which parameters are shards (gradient clipping counts each value once), and the
+// mapping between a parameter's shard and one process's tensor (checkpoints hold the one-process
+// model and optimizer state, so they resume under any layout). dist::TensorParallelGPT is one.
+class TensorParallelModule {
+ public:
+  virtual ~TensorParallelModule() = default;
+  virtual ProcessGroup& tensor_group() const = 0;
+  // Whether parameter p is this rank's shard of a split weight (false: replicated on every rank).
+  virtual bool is_shard(const Tensor& p) const = 0;
+  // The one-process tensor of which `local` (shaped like parameter p's shard: p itself, or an
+  // optimizer state of it) is this rank's part; `local` itself for a replicated p. A collective
+  // over the tensor group.
+  virtual Tensor gather_shards(const Tensor& p, const Tensor& local) const = 0;
+  // This rank's part of `full` (a one-process tensor of parameter p's shape).
+  virtual Tensor take_shard(const Tensor& p, const Tensor& full) const = 0;
+  // The one-process model's state dict (names and shapes), gathered; and the inverse.
+  virtual nn::StateDict full_state_dict() const = 0;
+  virtual void load_full_state_dict(const nn::StateDict& full) = 0;
+};
+
 }  // namespace gradus::dist

@@ -19,11 +19,12 @@
 #include <memory>
 
 #include "gradus/dist/process_group.h"
+#include "gradus/dist/tensor_parallel.h"
 #include "gradus/nn/gpt.h"
 
 namespace gradus::dist {
 
-class TensorParallelGPT : public nn::Module {
+class TensorParallelGPT : public nn::Module, public TensorParallelModule {
  public:
   // Draws the one-device GPT from the current random state (as nn::GPT(config) would, leaving the
   // generator where nn::GPT leaves it) and keeps this rank's slices. ValueError when n_head or the
@@ -36,17 +37,23 @@ class TensorParallelGPT : public nn::Module {
   Tensor loss(const Tensor& logits_shard, const Tensor& targets) const;
   std::string type_name() const override { return "TensorParallelGPT"; }
   // nn::GPT(config).state_dict()'s names and shapes, gathered from every rank (a collective).
-  nn::StateDict full_state_dict() const;
-  void load_full_state_dict(const nn::StateDict& full);
-  // Whether parameter p is this rank's shard of a split weight (true) or replicated on every rank
-  // of the group (LayerNorms, position embeddings, the row-parallel layers' biases): what
-  // train::StrategyOptions::is_tensor_shard asks, so that clipping counts each value once.
-  bool is_shard(const Tensor& p) const;
+  nn::StateDict full_state_dict() const override;
+  void load_full_state_dict(const nn::StateDict& full) override;
+  // Shards: the embedding's vocabulary rows, the attention's q/k/v rows and output columns, the
+  // MLP's hidden rows and columns. Replicated: LayerNorms, position embeddings, the row-parallel
+  // layers' biases. The parameters come in nn::GPT's order, so an optimizer's state indices
+  // mean the same parameters under both.
+  bool is_shard(const Tensor& p) const override;
+  Tensor gather_shards(const Tensor& p, const Tensor& local) const override;
+  Tensor take_shard(const Tensor& p, const Tensor& full) const override;
+  ProcessGroup& tensor_group() const override { return *group_; }
 
   nn::GPTConfig config;
   int64_t padded_vocab;  // config.vocab_size rounded up to a multiple of the group's size
 
  private:
+  enum class Split;
+  Split split_of(const Tensor& p) const;
   struct Impl;
   std::shared_ptr<Impl> impl_;
   std::shared_ptr<ProcessGroup> group_;

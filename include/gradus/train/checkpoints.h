@@ -12,6 +12,7 @@
 #include "gradus/amp/grad_scaler.h"
 #include "gradus/data/dataloader.h"
 #include "gradus/dist/dist.h"
+#include "gradus/dist/tensor_parallel.h"
 #include "gradus/io/checkpoint.h"
 #include "gradus/nn/module.h"
 #include "gradus/optim/optim.h"
@@ -62,6 +63,10 @@ struct CheckpointOptions {
   bool resume_or_start = false;
   std::string who = "train";  // prefixes the messages
   bool report = true;         // print what a resume finds and does (one rank of many: false)
+  // The model's split when tensor parallelism splits it: checkpoints then hold one process's
+  // model and optimizer state (gathered from the shards when saving, a collective; this rank's
+  // shards taken when resuming), so they resume under any layout.
+  dist::TensorParallelModule* tensor_parallel = nullptr;
 };
 
 // Writes the checkpoints of one run; skips a save that would repeat the last one exactly.

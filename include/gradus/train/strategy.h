@@ -32,6 +32,7 @@
 #include "gradus/amp/grad_scaler.h"
 #include "gradus/dist/ddp.h"
 #include "gradus/dist/process_group.h"
+#include "gradus/dist/tensor_parallel.h"
 #include "gradus/nn/module.h"
 #include "gradus/optim/optimizer.h"
 
@@ -57,12 +58,13 @@ struct StrategyOptions {
   // a world of one when dist::init was not called.
   std::shared_ptr<dist::ProcessGroup> group = nullptr;
   dist::DDPOptions ddp = {};  // bucket sizes and overlap ("ddp"; its group is the one above)
-  // Tensor parallelism inside each data replica (e.g. dist::TensorParallelGPT): the group its
-  // shards are split over, and which parameters are shards. Gradient clipping then sums the
-  // shards' squared norms over that group and counts the replicated parameters once, as one
-  // process clips. ("local" and "ddp" only: the others refuse it.)
-  std::shared_ptr<dist::ProcessGroup> tensor_group = nullptr;
-  std::function<bool(const Tensor&)> is_tensor_shard = nullptr;
+  // The model when tensor parallelism splits it inside each data replica (e.g.
+  // dist::TensorParallelGPT; the same object as the model given to setup). Gradient clipping
+  // then sums the shards' squared norms over its tensor group and counts the replicated
+  // parameters once, as one process clips; the Trainer's checkpoints hold the one-process model
+  // and optimizer state; stops are agreed over the whole world. ("local" and "ddp" only: the
+  // others refuse it.)
+  std::shared_ptr<dist::TensorParallelModule> tensor_parallel = nullptr;
 };
 
 class Strategy {
@@ -92,6 +94,11 @@ class Strategy {
   // (caps().loss_scaling; ValueError otherwise).
   virtual void step(amp::GradScaler& scaler, double max_grad_norm = 0);
   dist::ProcessGroup& group() const { return *group_; }
+  // The model's tensor-parallel view (nullptr unless StrategyOptions::tensor_parallel).
+  dist::TensorParallelModule* tensor_parallel() const { return options_.tensor_parallel.get(); }
+  // Every rank that trains this model: the data ranks, and with tensor parallelism the world
+  // (each replica's tensor ranks too). Stops, resumes and settings are agreed over it.
+  dist::ProcessGroup& run_group() const;
 
  protected:
   void clip_tensor_parallel(double max_grad_norm);
