@@ -3,6 +3,8 @@
 // collective, as in Megatron-LM.
 #include "gradus/dist/tensor_parallel.h"
 
+#include <cmath>
+
 #include <sstream>
 
 #include "dist/gather.h"
@@ -333,6 +335,36 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& ta
                                     std::shared_ptr<ProcessGroup> group) {
   auto fn = std::make_shared<VocabParallelCrossEntropy>(resolve(std::move(group)));
   return autograd::apply(fn, {logits_shard, target})[0];
+}
+
+double clip_grad_norm_tensor_parallel(const std::vector<Tensor>& params, double max_norm,
+                                      const TensorParallelModule& split) {
+  Tensor shards, replicated;  // sums of squares (f64), where the gradients are
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) {
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    grads.push_back(g);
+    const Tensor squares = sum(square(g.to(DType::f64)));
+    Tensor& into = split.is_shard(p) ? shards : replicated;
+    into = into.defined() ? add(into, squares) : squares;
+  }
+  // (Every rank of the group all-reduces, with or without gradients of its own.)
+  Tensor total = shards.defined() ? shards.to(Device::cpu()).reshape({1}).contiguous()
+                                  : zeros({1}, {.dtype = DType::f64});
+  split.tensor_group().all_reduce(total, ReduceOp::sum, "tensor-parallel gradient norm")->wait();
+  double squares = total.item();
+  if (replicated.defined()) squares += replicated.item();
+  const double norm = std::sqrt(squares);
+  GRADUS_CHECK(std::isfinite(norm), ValueError,
+               "clip_grad_norm_tensor_parallel: the gradient norm is ", norm,
+               ": clipping cannot scale it");
+  const double scale = max_norm / (norm + 1e-6);
+  if (scale < 1) {
+    NoGradGuard no_grad;
+    for (Tensor g : grads) g.mul_(scale);
+  }
+  return norm;
 }
 
 }  // namespace gradus::dist

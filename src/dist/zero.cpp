@@ -1,5 +1,6 @@
 #include "gradus/dist/zero.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "dist/flat.h"
@@ -16,6 +17,10 @@ struct ZeroRedundancyOptimizer::Buffer {
   Tensor shard_param;  // leaf view of params [begin, end): what the local optimizer updates
   Tensor shard_grad;   // [shard]: reduce-scatter output, the shard_param's .grad
   Shard shard;
+  // With tensor parallelism: per element of the shard, 1 where it belongs to a tensor-parallel
+  // shard, 1 / tensor ranks where to a replicated parameter (so that summing over the tensor
+  // group counts it once); undefined without.
+  Tensor norm_weights;
 };
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params,
@@ -116,18 +121,43 @@ void ZeroRedundancyOptimizer::step() {
 void ZeroRedundancyOptimizer::clip_shards() {
   Tensor squares;
   for (auto& b : buffers_) {
-    const Tensor s = sum(square(b->shard_grad.to(DType::f64)));
+    Tensor s = square(b->shard_grad.to(DType::f64));
+    if (b->norm_weights.defined()) s = mul(s, b->norm_weights);
+    s = sum(s);
     squares = squares.defined() ? add(squares, s) : s;
   }
   if (!squares.defined()) return;  // nothing trainable
   Tensor total = squares.to(Device::cpu()).reshape({1});
   group_->all_reduce(total, ReduceOp::sum, "ZeRO gradient norm")->wait();
+  if (tensor_parallel_ != nullptr) {
+    tensor_parallel_->tensor_group().all_reduce(total, ReduceOp::sum, "ZeRO gradient norm")->wait();
+  }
   const double norm = std::sqrt(total.item());
   GRADUS_CHECK(std::isfinite(norm), ValueError, "ZeroRedundancyOptimizer: the gradient norm is ",
                norm, ": clipping cannot scale it");
   const double coef = max_grad_norm_ / (norm + 1e-6);
   if (coef < 1.0) {
     for (auto& b : buffers_) b->shard_grad.mul_(coef);
+  }
+}
+
+void ZeroRedundancyOptimizer::set_tensor_parallel(const TensorParallelModule* split) {
+  tensor_parallel_ = split != nullptr && split->tensor_group().size() > 1 ? split : nullptr;
+  if (tensor_parallel_ == nullptr) return;
+  const double replicated = 1.0 / static_cast<double>(tensor_parallel_->tensor_group().size());
+  const std::vector<Tensor>& params = groups_[0];
+  for (auto& b : buffers_) {
+    const int64_t begin = b->shard.begin, end = b->shard.end;
+    std::vector<double> weights(static_cast<size_t>(end - begin), 0.0);  // (padding: 0)
+    for (size_t k = 0; k < b->plan.params.size(); ++k) {
+      const Tensor& p = params[b->plan.params[k]];
+      const int64_t first = std::max(begin, b->plan.offsets[k]);
+      const int64_t last = std::min(end, b->plan.offsets[k] + p.numel());
+      const double w = tensor_parallel_->is_shard(p) ? 1.0 : replicated;
+      for (int64_t i = first; i < last; ++i) weights[static_cast<size_t>(i - begin)] = w;
+    }
+    b->norm_weights =
+        tensor(weights, {end - begin}, {.dtype = DType::f64, .device = b->plan.device});
   }
 }
 

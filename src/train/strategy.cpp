@@ -40,50 +40,13 @@ void Strategy::step(amp::GradScaler& scaler, double max_grad_norm) {
   if (max_grad_norm > 0) {
     scaler.unscale_(optimizer());  // the norm of the true gradients (nothing when disabled)
     if (options_.tensor_parallel && options_.tensor_parallel->tensor_group().size() > 1) {
-      clip_tensor_parallel(max_grad_norm);
+      dist::clip_grad_norm_tensor_parallel(model().trainable_parameters(), max_grad_norm,
+                                           *options_.tensor_parallel);
     } else {
       optim::clip_grad_norm(model().trainable_parameters(), max_grad_norm);
     }
   }
   scaler.step(optimizer());  // the plain optimizer step when the scaler is disabled
-}
-
-void Strategy::refuse_tensor_parallel_clipping() const {
-  GRADUS_CHECK(!options_.tensor_parallel || options_.tensor_parallel->tensor_group().size() == 1,
-               ValueError, "train: strategy ", name(),
-               " does not support a tensor-parallel model yet (it clips and steps on its own); "
-               "use --dist ddp");
-}
-
-// optim::clip_grad_norm's 2-norm and scale over a model split by tensor parallelism: the shards'
-// squared norms summed over the tensor group, the replicated parameters' counted once.
-void Strategy::clip_tensor_parallel(double max_grad_norm) {
-  const dist::TensorParallelModule& split = *options_.tensor_parallel;
-  Tensor shards, replicated;  // sums of squares (f64), where the gradients are
-  std::vector<Tensor> grads;
-  for (const Tensor& p : model().trainable_parameters()) {
-    const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    grads.push_back(g);
-    const Tensor squares = sum(mul(g, g)).to(DType::f64);
-    Tensor& into = split.is_shard(p) ? shards : replicated;
-    into = into.defined() ? add(into, squares) : squares;
-  }
-  if (grads.empty()) return;
-  const Device device = grads.front().device();
-  if (!shards.defined()) shards = zeros({}, {.dtype = DType::f64, .device = device});
-  Tensor total_shards = shards.reshape({1}).contiguous();
-  split.tensor_group()
-      .all_reduce(total_shards, dist::ReduceOp::sum, "tensor-parallel grad norm")
-      ->wait();
-  Tensor squares = total_shards.reshape({});
-  if (replicated.defined()) squares = add(squares, replicated);
-  const double norm = std::sqrt(squares.item());
-  const double scale = max_grad_norm / (norm + 1e-6);
-  if (scale < 1) {
-    NoGradGuard no_grad;
-    for (Tensor g : grads) g.mul_(scale);
-  }
 }
 
 namespace {
@@ -131,11 +94,12 @@ class ParameterServerStrategy final : public Strategy {
   const char* name() const override { return "ps"; }
   StrategyCaps caps() const override { return {}; }
   void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make) override {
-    refuse_tensor_parallel_clipping();
     model_ = std::move(model);
     optimizer_ = make(model_->trainable_parameters());
     server_ = std::make_unique<dist::ParameterServer>(
-        model_, *optimizer_, dist::ParameterServerOptions{.server = 0, .group = group_});
+        model_, *optimizer_,
+        dist::ParameterServerOptions{
+            .server = 0, .group = group_, .tensor_parallel = options_.tensor_parallel.get()});
   }
   nn::Module& module() override { return model(); }
   void step(amp::GradScaler& scaler, double max_grad_norm) override {
@@ -158,7 +122,6 @@ class Zero1Strategy final : public Strategy {
     return {.loss_scaling = false, .graph_capture = false, .sharded_optimizer_state = true};
   }
   void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make) override {
-    refuse_tensor_parallel_clipping();
     model_ = std::move(model);
     dist::broadcast_module_state(*model_, *group_, 0);
     // The trainable parameters only: a frozen one is neither in the shards nor updated (an
@@ -166,6 +129,7 @@ class Zero1Strategy final : public Strategy {
     auto zero = std::make_unique<dist::ZeroRedundancyOptimizer>(model_->trainable_parameters(),
                                                                 make, group_);
     zero_ = zero.get();
+    if (tensor_parallel()) zero_->set_tensor_parallel(tensor_parallel());
     optimizer_ = std::move(zero);
   }
   nn::Module& module() override { return model(); }

@@ -62,9 +62,10 @@ for np in 2 3; do
 done
 
 # Tensor parallelism (dist::TensorParallelGPT): 2 ranks splitting the model, and 2 data x 2
-# tensor ranks (ddp over the data ranks), with the default gradient clipping (its norm summed over
-# the shards): the same losses and weights.
-for layout in "2 --tp 2" "4 --tp 2" "4 --tp 2 --dist ddp"; do
+# tensor ranks with ddp, ps or zero1 over the data ranks, with the default gradient clipping (its
+# norm summed over the shards): the same losses and weights.
+for layout in "2 --tp 2" "4 --tp 2" "4 --tp 2 --dist ddp" "4 --tp 2 --dist ps" \
+              "4 --tp 2 --dist zero1"; do
   np=${layout%% *}
   # shellcheck disable=SC2086
   launch $layout --save "$work/tp.safetensors" --metrics "$work/tp.jsonl" >"$work/run.log" 2>&1 ||
@@ -74,11 +75,27 @@ for layout in "2 --tp 2" "4 --tp 2" "4 --tp 2 --dist ddp"; do
   close_to "$work/one.safetensors" "$work/tp.safetensors" "-np $layout"
   data=$((np / 2))
   strategy=$([ "$data" = 1 ] && echo local || echo ddp)
+  case $layout in *--dist*) strategy=${layout##* } ;; esac
   grep -q "\"layout\":{\"world\":$np,\"data\":$data,\"pipeline\":1,\"tensor\":2,\"strategy\":\"$strategy\"}" \
     "$work/tp.jsonl" || fail "-np $layout: no layout in the metrics: $(head -1 "$work/tp.jsonl")"
   runs=$((runs + 1))
   echo "gpt_strategies: -np $layout: the same losses, weights within bounds ($(tail -1 "$work/compare.txt"))"
 done
+# Clipping that bites (--grad-clip 0.01: every step is scaled) under each strategy with --tp: the
+# norm is the whole model's, so the runs still end at the one-process weights.
+"$gradus" "${common[@]}" --grad-clip 0.01 --save "$work/clip_one.safetensors" >"$work/run.log" 2>&1 ||
+  fail "one process --grad-clip 0.01: $(tail -3 "$work/run.log")"
+clip_reference=$(losses "$work/run.log")
+for layout in "2 --tp 2" "4 --tp 2 --dist ddp" "4 --tp 2 --dist ps" "4 --tp 2 --dist zero1"; do
+  # shellcheck disable=SC2086
+  launch $layout --grad-clip 0.01 --save "$work/clip.safetensors" >"$work/run.log" 2>&1 ||
+    fail "-np $layout --grad-clip 0.01: $(tail -3 "$work/run.log")"
+  [ "$(losses "$work/run.log")" = "$clip_reference" ] ||
+    fail "-np $layout --grad-clip 0.01 printed $(losses "$work/run.log"), one process $clip_reference"
+  close_to "$work/clip_one.safetensors" "$work/clip.safetensors" "-np $layout --grad-clip 0.01"
+done
+[ "$clip_reference" != "$reference" ] || fail "--grad-clip 0.01 changed nothing: the clipping test is void"
+echo "gpt_strategies: with --grad-clip 0.01, --tp 2 under local, ddp, ps and zero1 ends at the one-process weights"
 # Checkpoints under --tp hold one process's model and optimizer state: 2 tensor ranks stopped
 # after step 3 resume on one process, and one process's checkpoint resumes as 2 data x 2 tensor
 # ranks; both end at the one-process weights.
@@ -96,12 +113,12 @@ grep -q "resuming from .* (step 3," "$work/run.log" || fail "one process -> --tp
 close_to "$work/one.safetensors" "$work/one_then_tp.safetensors" "one process -> 2 data x 2 tensor"
 echo "gpt_strategies: a --tp 2 checkpoint resumed on one process, and one process's as 2 data x 2 tensor ranks, end at the one-process weights"
 # What --tp does not do yet is refused on every rank, naming it.
-for refused in "--dist zero1:strategy zero1 does not support a tensor-parallel model" \
-               "--dropout 0.1:--dropout 0.1 is not supported with --tp"; do
+for refused in "--dropout 0.1:--dropout 0.1 is not supported with --tp" \
+               "--cuda-graph:--cuda-graph is not supported with --tp"; do
   launch 2 --tp 2 ${refused%%:*} >"$work/run.log" 2>&1 && fail "--tp 2 ${refused%%:*} was accepted"
   grep -q -- "${refused#*:}" "$work/run.log" || fail "--tp 2 ${refused%%:*}: $(tail -3 "$work/run.log")"
 done
-echo "gpt_strategies: --tp 2 refuses --dist zero1 and --dropout, naming each"
+echo "gpt_strategies: --tp 2 refuses --dropout and --cuda-graph, naming each"
 
 # One process, stopped after 2 steps and resumed: bitwise the uninterrupted run.
 "$gradus" "${common[@]}" --checkpoint-dir "$work/ck1" --checkpoint-every 2 --stop-after-steps 2 \

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gradus/dist/process_group.h"
+#include "gradus/dist/tensor_parallel.h"
 #include "gradus/nn/module.h"
 #include "gradus/optim/optimizer.h"
 
@@ -24,6 +25,10 @@ namespace gradus::dist {
 struct ParameterServerOptions {
   int server = 0;
   std::shared_ptr<ProcessGroup> group = nullptr;  // nullptr: default_group()
+  // The model's split when tensor parallelism splits it (each tensor rank's data ranks have their
+  // own server): clipping then takes the whole model's norm over the servers of the tensor
+  // group. Must outlive the server.
+  const TensorParallelModule* tensor_parallel = nullptr;
 };
 
 class ParameterServer {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "gradus/dist/process_group.h"
 #include "gradus/nn/module.h"
@@ -139,5 +140,12 @@ class TensorParallelModule {
   virtual nn::StateDict full_state_dict() const = 0;
   virtual void load_full_state_dict(const nn::StateDict& full) = 0;
 };
+
+// optim::clip_grad_norm for a model split by tensor parallelism: the 2-norm of the whole model's
+// gradient (the shards' squares summed over split's tensor group, the replicated parameters'
+// counted once), and every gradient of params scaled by min(1, max_norm / (norm + 1e-6)), as one
+// process clips. A collective over the tensor group; returns the norm.
+double clip_grad_norm_tensor_parallel(const std::vector<Tensor>& params, double max_norm,
+                                      const TensorParallelModule& split);
 
 }  // namespace gradus::dist

@@ -101,9 +101,6 @@ class Strategy {
   dist::ProcessGroup& run_group() const;
 
  protected:
-  void clip_tensor_parallel(double max_grad_norm);
-  void refuse_tensor_parallel_clipping() const;  // (ps, zero1)
-
   std::shared_ptr<dist::ProcessGroup> group_;
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
