@@ -35,7 +35,9 @@ if [[ "${GRADUS_TEST_SANITIZERS:-1}" != 0 ]]; then
   cmake --build "$asan_dir" -j"$(nproc)"
   # UBSan aborts on the first report (the code is also built with -fno-sanitize-recover); ASan's
   # leak checker is on by default, minus third-party caches listed in tests/lsan_suppressions.txt.
-  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  # An allocation the C library cannot serve returns null, as glibc's does (ASan would abort),
+  # so the out-of-memory paths run here too.
+  ASAN_OPTIONS=allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     LSAN_OPTIONS="suppressions=$PWD/tests/lsan_suppressions.txt" \
     ctest --test-dir "$asan_dir" -L unit --output-on-failure -j"$(nproc)" "$@"
 fi
