@@ -11,4 +11,5 @@
 #include "gradus/dist/process_group.h"
 #include "gradus/dist/tensor_parallel.h"
 #include "gradus/dist/tensor_parallel_attention.h"
+#include "gradus/dist/tensor_parallel_gpt.h"
 #include "gradus/dist/zero.h"
