@@ -5,7 +5,6 @@
 #include "dist/flat.h"
 #include "gradus/autograd.h"
 #include "gradus/ops.h"
-#include "gradus/optim/clip.h"
 
 namespace gradus::dist {
 
@@ -102,12 +101,10 @@ void ParameterServer::step(double max_grad_norm) {
         p.set_grad(detail::flat_view(l->flat, l->plan.offsets[k], p.sizes()).clone());
       }
     }
-    if (max_grad_norm > 0 && options_.tensor_parallel &&
-        options_.tensor_parallel->tensor_group().size() > 1) {
-      // (The servers of the tensor ranks are the ranks of one replica: its tensor group.)
-      clip_grad_norm_tensor_parallel(params_, max_grad_norm, *options_.tensor_parallel);
-    } else if (max_grad_norm > 0) {
-      optim::clip_grad_norm(params_, max_grad_norm);  // the averaged ones
+    // The averaged gradients. (With tensor parallelism, the servers of the tensor ranks are the
+    // ranks of one replica: its tensor group.)
+    if (max_grad_norm > 0) {
+      clip_grad_norm_tensor_parallel(params_, max_grad_norm, options_.tensor_parallel);
     }
     optimizer_.step();
     for (size_t i = 0; i < layouts_.size(); ++i) {

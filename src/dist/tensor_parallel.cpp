@@ -13,6 +13,7 @@
 #include "gradus/autograd/function.h"
 #include "gradus/nn/layers.h"
 #include "gradus/ops.h"
+#include "gradus/optim/clip.h"
 
 namespace gradus::dist {
 
@@ -26,6 +27,22 @@ std::vector<Tensor> detail::gather_from_every_rank(const Tensor& x, ProcessGroup
   std::vector<Tensor> parts;
   for (int r = 0; r < g.size(); ++r) parts.push_back(buf.select(0, r));
   return parts;
+}
+
+Tensor detail::qkv_rows(const Tensor& full, int64_t c, int64_t r, int64_t k) {
+  return cat(
+      {full.narrow(0, r * k, k), full.narrow(0, c + r * k, k), full.narrow(0, 2 * c + r * k, k)},
+      0);
+}
+
+Tensor detail::gather_qkv(const Tensor& local, ProcessGroup& g, int64_t k,
+                          const std::string& label) {
+  const std::vector<Tensor> parts = gather_from_every_rank(local.detach(), g, label);
+  std::vector<Tensor> blocks;
+  for (int64_t which = 0; which < 3; ++which) {
+    for (const Tensor& p : parts) blocks.push_back(p.narrow(0, which * k, k));
+  }
+  return cat(blocks, 0);
 }
 
 namespace {
@@ -337,8 +354,12 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& ta
   return autograd::apply(fn, {logits_shard, target})[0];
 }
 
-double clip_grad_norm_tensor_parallel(const std::vector<Tensor>& params, double max_norm,
-                                      const TensorParallelModule& split) {
+void clip_grad_norm_tensor_parallel(const std::vector<Tensor>& params, double max_norm,
+                                    const TensorParallelModule* split) {
+  if (split == nullptr || split->tensor_group().size() == 1) {
+    optim::clip_grad_norm(params, max_norm);
+    return;
+  }
   Tensor shards, replicated;  // sums of squares (f64), where the gradients are
   std::vector<Tensor> grads;
   for (const Tensor& p : params) {
@@ -346,13 +367,13 @@ double clip_grad_norm_tensor_parallel(const std::vector<Tensor>& params, double 
     if (!g.defined()) continue;
     grads.push_back(g);
     const Tensor squares = sum(square(g.to(DType::f64)));
-    Tensor& into = split.is_shard(p) ? shards : replicated;
+    Tensor& into = split->is_shard(p) ? shards : replicated;
     into = into.defined() ? add(into, squares) : squares;
   }
   // (Every rank of the group all-reduces, with or without gradients of its own.)
   Tensor total = shards.defined() ? shards.to(Device::cpu()).reshape({1}).contiguous()
                                   : zeros({1}, {.dtype = DType::f64});
-  split.tensor_group().all_reduce(total, ReduceOp::sum, "tensor-parallel gradient norm")->wait();
+  split->tensor_group().all_reduce(total, ReduceOp::sum, "tensor-parallel gradient norm")->wait();
   double squares = total.item();
   if (replicated.defined()) squares += replicated.item();
   const double norm = std::sqrt(squares);
@@ -364,7 +385,6 @@ double clip_grad_norm_tensor_parallel(const std::vector<Tensor>& params, double 
     NoGradGuard no_grad;
     for (Tensor g : grads) g.mul_(scale);
   }
-  return norm;
 }
 
 }  // namespace gradus::dist

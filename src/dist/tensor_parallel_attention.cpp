@@ -8,27 +8,6 @@
 
 namespace gradus::dist {
 
-namespace {
-
-// Rows [r*k, (r+1)*k) of each of the three [C, C] blocks of a stacked [3C, ...] tensor.
-Tensor qkv_rows(const Tensor& full, int64_t c, int64_t r, int64_t k) {
-  return cat(
-      {full.narrow(0, r * k, k), full.narrow(0, c + r * k, k), full.narrow(0, 2 * c + r * k, k)},
-      0);
-}
-
-// Every rank's [3k, ...] q/k/v rows back into the stacked [3C, ...] layout.
-Tensor gather_qkv(const Tensor& local, ProcessGroup& g, int64_t k, const std::string& label) {
-  const std::vector<Tensor> parts = detail::gather_from_every_rank(local.detach(), g, label);
-  std::vector<Tensor> blocks;
-  for (int64_t which = 0; which < 3; ++which) {
-    for (const Tensor& p : parts) blocks.push_back(p.narrow(0, which * k, k));
-  }
-  return cat(blocks, 0);
-}
-
-}  // namespace
-
 TensorParallelSelfAttention::TensorParallelSelfAttention(const nn::GPTConfig& config,
                                                          std::shared_ptr<ProcessGroup> group)
     : n_embd(config.n_embd),
@@ -49,10 +28,10 @@ TensorParallelSelfAttention::TensorParallelSelfAttention(const nn::GPTConfig& co
   // In nn::CausalSelfAttention's order (c_attn's weight and bias, then c_proj's), so that an
   // optimizer's state indices mean the same parameters in both.
   qkv_weight = register_parameter(
-      "qkv_weight", qkv_rows(full.c_attn->weight.detach(), n_embd, r, k).contiguous());
+      "qkv_weight", detail::qkv_rows(full.c_attn->weight.detach(), n_embd, r, k).contiguous());
   if (config.bias) {
-    qkv_bias = register_parameter("qkv_bias",
-                                  qkv_rows(full.c_attn->bias.detach(), n_embd, r, k).contiguous());
+    qkv_bias = register_parameter(
+        "qkv_bias", detail::qkv_rows(full.c_attn->bias.detach(), n_embd, r, k).contiguous());
   }
   proj_weight = register_parameter("proj_weight",
                                    full.c_proj->weight.detach().narrow(1, r * k, k).contiguous());
@@ -81,9 +60,11 @@ Tensor TensorParallelSelfAttention::forward(const Tensor& x) {
 nn::StateDict TensorParallelSelfAttention::full_state_dict() const {
   nn::StateDict d;
   const int64_t k = local_width;
-  d.insert("c_attn.weight", gather_qkv(qkv_weight, *group_, k, "full_state_dict c_attn.weight"));
+  d.insert("c_attn.weight",
+           detail::gather_qkv(qkv_weight, *group_, k, "full_state_dict c_attn.weight"));
   if (qkv_bias.defined()) {
-    d.insert("c_attn.bias", gather_qkv(qkv_bias, *group_, k, "full_state_dict c_attn.bias"));
+    d.insert("c_attn.bias",
+             detail::gather_qkv(qkv_bias, *group_, k, "full_state_dict c_attn.bias"));
   }
   // c_proj's columns: every rank's transposed slice is a block of rows of the transpose.
   d.insert("c_proj.weight", cat(detail::gather_from_every_rank(proj_weight.detach().t(), *group_,
@@ -106,9 +87,10 @@ void TensorParallelSelfAttention::load_full_state_dict(const nn::StateDict& full
     return *t;
   };
   NoGradGuard no_grad;
-  qkv_weight.copy_(qkv_rows(get("c_attn.weight", {3 * n_embd, n_embd}), n_embd, r, k));
+  qkv_weight.copy_(detail::qkv_rows(get("c_attn.weight", {3 * n_embd, n_embd}), n_embd, r, k));
   proj_weight.copy_(get("c_proj.weight", {n_embd, n_embd}).narrow(1, r * k, k));
-  if (qkv_bias.defined()) qkv_bias.copy_(qkv_rows(get("c_attn.bias", {3 * n_embd}), n_embd, r, k));
+  if (qkv_bias.defined())
+    qkv_bias.copy_(detail::qkv_rows(get("c_attn.bias", {3 * n_embd}), n_embd, r, k));
   if (proj_bias.defined()) proj_bias.copy_(get("c_proj.bias", {n_embd}));
 }
 

@@ -190,27 +190,14 @@ Tensor TensorParallelGPT::gather_shards(const Tensor& p, const Tensor& local) co
   GRADUS_CHECK(local.sizes() == p.sizes(), ShapeError,
                "TensorParallelGPT::gather_shards: expected a tensor shaped like the parameter ",
                shape_str(p.sizes()), ", got ", shape_str(local.sizes()));
+  if (split == Split::qkv_rows) {
+    return detail::gather_qkv(local.contiguous(), *group_, local.size(0) / 3, "gather_shards");
+  }
   const std::vector<Tensor> parts =
       detail::gather_from_every_rank(local.detach().contiguous(), *group_, "gather_shards");
-  switch (split) {
-    case Split::vocab_rows:
-      return cat(parts, 0).narrow(0, 0, config.vocab_size).contiguous();
-    case Split::rows:
-      return cat(parts, 0);
-    case Split::columns:
-      return cat(parts, 1);
-    case Split::qkv_rows: {  // each rank's [q; k; v] rows back into the stacked [3C, ...] layout
-      const int64_t k = local.size(0) / 3;
-      std::vector<Tensor> blocks;
-      for (int64_t which = 0; which < 3; ++which) {
-        for (const Tensor& part : parts) blocks.push_back(part.narrow(0, which * k, k));
-      }
-      return cat(blocks, 0);
-    }
-    case Split::replicated:
-      break;
-  }
-  return local;
+  if (split == Split::columns) return cat(parts, 1);
+  const Tensor rows = cat(parts, 0);
+  return split == Split::vocab_rows ? rows.narrow(0, 0, config.vocab_size).contiguous() : rows;
 }
 
 Tensor TensorParallelGPT::take_shard(const Tensor& p, const Tensor& full) const {
@@ -238,10 +225,8 @@ Tensor TensorParallelGPT::take_shard(const Tensor& p, const Tensor& full) const 
       return full.narrow(1, r * k, k).contiguous();
     }
     case Split::qkv_rows: {
-      const int64_t c = full.size(0) / 3, k = c / n;
-      return cat({full.narrow(0, r * k, k), full.narrow(0, c + r * k, k),
-                  full.narrow(0, 2 * c + r * k, k)},
-                 0);
+      const int64_t c = full.size(0) / 3;
+      return detail::qkv_rows(full, c, r, c / n);
     }
   }
   return full;
@@ -272,20 +257,12 @@ nn::StateDict TensorParallelGPT::full_state_dict() const {
 
 void TensorParallelGPT::load_full_state_dict(const nn::StateDict& full) {
   const Impl& m = *impl_;
-  const int64_t local = m.wte->local_rows, first = m.wte->first_row;
   const Tensor& wte = full.at("transformer.wte.weight");
   GRADUS_CHECK(wte.dim() == 2 && wte.size(0) == config.vocab_size && wte.size(1) == config.n_embd,
                ShapeError,
                "TensorParallelGPT: load_full_state_dict: 'transformer.wte.weight' must be [",
                config.vocab_size, ", ", config.n_embd, "], got ", shape_str(wte.sizes()));
-  // This rank's rows, the padding past the vocabulary zero.
-  Tensor rows = zeros({local, config.n_embd}, {.dtype = wte.dtype()});
-  const int64_t real = std::max<int64_t>(0, std::min(local, config.vocab_size - first));
-  if (real > 0) {
-    NoGradGuard no_grad;
-    rows.narrow(0, 0, real).copy_(wte.detach().to(Device::cpu()).narrow(0, first, real));
-  }
-  assign(m.wte->weight, rows, "transformer.wte.weight");
+  assign(m.wte->weight, take_shard(m.wte->weight, wte.detach()), "transformer.wte.weight");
   assign(m.wpe->weight, full.at("transformer.wpe.weight"), "transformer.wpe.weight");
   for (size_t i = 0; i < m.blocks.size(); ++i) {
     TensorParallelBlock& b = *m.blocks[i];

@@ -181,8 +181,6 @@ OptimizerState Optimizer::state_dict() const {
   return out;
 }
 
-namespace {
-// "state.12.exp_avg" -> (12, "exp_avg"); false if the key does not have that form.
 bool parse_state_key(const std::string& key, size_t& index, std::string& name) {
   if (key.rfind("state.", 0) != 0) return false;
   const size_t dot = key.find('.', 6);
@@ -193,7 +191,6 @@ bool parse_state_key(const std::string& key, size_t& index, std::string& name) {
   name = key.substr(dot + 1);
   return true;
 }
-}  // namespace
 
 void Optimizer::load_state_dict(const OptimizerState& sd) {
   const std::string op = std::string(type_name()) + "::load_state_dict";

@@ -153,19 +153,6 @@ EpochProgress load_epoch_progress(const io::TrainingState& s) {
 
 namespace {
 
-// "state.12.exp_avg" -> 12; -1 if the key does not name a parameter's state.
-int64_t state_index(const std::string& key) {
-  if (key.rfind("state.", 0) != 0) return -1;
-  const size_t dot = key.find('.', 6);
-  if (dot == std::string::npos || dot == 6) return -1;
-  int64_t index = 0;
-  for (size_t i = 6; i < dot; ++i) {
-    if (key[i] < '0' || key[i] > '9') return -1;
-    index = index * 10 + (key[i] - '0');
-  }
-  return index;
-}
-
 // Each state tensor of a tensor-parallel model's optimizer shaped like its parameter's shard
 // mapped through `map` (gather into, or take a shard of, one process's tensor). The parameters
 // come in one process's order (TensorParallelModule), so the indices stay.
@@ -175,9 +162,10 @@ optim::OptimizerState map_parameter_states(const optim::OptimizerState& state,
   optim::OptimizerState out = state;
   const std::vector<Tensor> params = optimizer.all_params();
   for (auto& [key, t] : out.tensors) {  // (a std::map: the same order on every rank)
-    const int64_t index = state_index(key);
-    if (index < 0 || index >= static_cast<int64_t>(params.size())) continue;
-    t = map(params[static_cast<size_t>(index)], t);
+    size_t index = 0;
+    std::string name;
+    if (!optim::parse_state_key(key, index, name) || index >= params.size()) continue;
+    t = map(params[index], t);
   }
   return out;
 }

@@ -1,15 +1,11 @@
 // The data-parallel strategies and their registry (gradus/train/strategy.h).
 #include "gradus/train/strategy.h"
 
-#include <cmath>
 #include <sstream>
 
-#include "gradus/autograd.h"
 #include "gradus/dist/module_sync.h"
 #include "gradus/dist/parameter_server.h"
 #include "gradus/dist/zero.h"
-#include "gradus/ops.h"
-#include "gradus/optim/clip.h"
 
 namespace gradus::train {
 
@@ -39,12 +35,8 @@ void Strategy::step(amp::GradScaler& scaler, double max_grad_norm) {
                " does not support loss scaling (--amp f16)");
   if (max_grad_norm > 0) {
     scaler.unscale_(optimizer());  // the norm of the true gradients (nothing when disabled)
-    if (options_.tensor_parallel && options_.tensor_parallel->tensor_group().size() > 1) {
-      dist::clip_grad_norm_tensor_parallel(model().trainable_parameters(), max_grad_norm,
-                                           *options_.tensor_parallel);
-    } else {
-      optim::clip_grad_norm(model().trainable_parameters(), max_grad_norm);
-    }
+    dist::clip_grad_norm_tensor_parallel(model().trainable_parameters(), max_grad_norm,
+                                         tensor_parallel());
   }
   scaler.step(optimizer());  // the plain optimizer step when the scaler is disabled
 }

@@ -141,11 +141,12 @@ class TensorParallelModule {
   virtual void load_full_state_dict(const nn::StateDict& full) = 0;
 };
 
-// optim::clip_grad_norm for a model split by tensor parallelism: the 2-norm of the whole model's
-// gradient (the shards' squares summed over split's tensor group, the replicated parameters'
-// counted once), and every gradient of params scaled by min(1, max_norm / (norm + 1e-6)), as one
-// process clips. A collective over the tensor group; returns the norm.
-double clip_grad_norm_tensor_parallel(const std::vector<Tensor>& params, double max_norm,
-                                      const TensorParallelModule& split);
+// optim::clip_grad_norm for a model that tensor parallelism may split: with split (a group of
+// more than one rank), the 2-norm of the whole model's gradient (the shards' squares summed over
+// split's tensor group, the replicated parameters' counted once, a collective over it that reads
+// the norm on the host) and every gradient of params scaled by min(1, max_norm / (norm + 1e-6)),
+// as one process clips; without, optim::clip_grad_norm itself (nothing read back).
+void clip_grad_norm_tensor_parallel(const std::vector<Tensor>& params, double max_norm,
+                                    const TensorParallelModule* split);
 
 }  // namespace gradus::dist

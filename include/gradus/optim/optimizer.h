@@ -42,6 +42,10 @@ struct OptimizerState {
   std::map<std::string, double> scalars;
 };
 
+// A state key of a parameter: "state.12.exp_avg" -> index 12 (the parameter's position in
+// all_params()), name "exp_avg"; false for any other key.
+bool parse_state_key(const std::string& key, size_t& index, std::string& name);
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
