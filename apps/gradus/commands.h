@@ -83,7 +83,7 @@ struct TrainOptions {
   // batch_size is the global batch in every mode; each rank trains on its share.
   std::string dist;
   double dist_timeout = 60.0;  // seconds any rank waits on a collective before giving up
-  // Model parallelism (train_parallel.cpp): the world is data x pipeline (pp) x tensor (tp).
+  // Model parallelism (train_parallel.h): the world is data x pipeline (pp) x tensor (tp).
   int tp = 1;
   int pp = 1;
   int micro_batches = 1;
@@ -107,7 +107,6 @@ struct TrainOptions {
 };
 int run_train(const TrainOptions& o);
 int run_train_lm(const TrainOptions& o);
-int run_train_model_parallel(const TrainOptions& o);
 // --tp, --pp, --micro-batches, --schedule (train_parallel.cpp).
 void add_model_parallel_options(CLI::App& train, TrainOptions& o);
 

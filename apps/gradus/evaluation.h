@@ -18,18 +18,19 @@ struct EvalResult {
   double accuracy = 0;
 };
 
-// Evaluates on the test set. With --dist every rank evaluates its contiguous slice of it and the
-// sums are all-reduced, so evaluation takes 1/size of the time and every rank gets the result of
-// the whole set.
+// Evaluates on the test set. With several data ranks every rank evaluates its contiguous slice of
+// it and the sums are all-reduced over them, so evaluation takes 1/size of the time and every
+// rank gets the result of the whole set. (The ranks of one replica, its stages and tensor ranks,
+// evaluate the same slice together.) flatten: the model takes [N, features].
 class Evaluator {
  public:
   Evaluator(const std::shared_ptr<data::TensorDataset>& test_set, int64_t batch_size, Device device,
-            int workers, const dist::World& world, bool distributed)
-      : distributed_(distributed && world.size > 1) {
+            int workers, std::shared_ptr<dist::ProcessGroup> data_ranks, bool flatten)
+      : group_(std::move(data_ranks)), flatten_(flatten) {
     std::shared_ptr<data::TensorDataset> mine = test_set;
-    if (distributed_) {
-      const int64_t n = test_set->size();
-      const int64_t begin = n * world.rank / world.size, end = n * (world.rank + 1) / world.size;
+    if (group_->size() > 1) {
+      const int64_t n = test_set->size(), rank = group_->rank(), size = group_->size();
+      const int64_t begin = n * rank / size, end = n * (rank + 1) / size;
       mine = std::make_shared<data::TensorDataset>(
           test_set->inputs().slice(0, begin, end).contiguous(),
           test_set->targets().slice(0, begin, end).contiguous());
@@ -52,16 +53,16 @@ class Evaluator {
     if (loader_) {
       loader_->set_epoch(0);
       for (data::Example& batch : *loader_) {
-        const Tensor logits = model(batch.input);
+        const Tensor logits = model(flatten_ ? batch.input.flatten(1) : batch.input);
         loss_sum += cross_entropy(logits, batch.target, summed).item();
         correct += eq(argmax(logits, 1), batch.target).sum().item();
         count += static_cast<double>(batch.target.size(0));
       }
     }
     model.train();
-    if (distributed_) {
+    if (group_->size() > 1) {
       Tensor sums = tensor({loss_sum, correct, count}, {3}, {.dtype = DType::f64});
-      dist::default_group()->all_reduce(sums, dist::ReduceOp::sum, "evaluation sums")->wait();
+      group_->all_reduce(sums, dist::ReduceOp::sum, "evaluation sums")->wait();
       const std::vector<double> v = sums.to_vector<double>();
       loss_sum = v[0];
       correct = v[1];
@@ -71,7 +72,8 @@ class Evaluator {
   }
 
  private:
-  bool distributed_;
+  std::shared_ptr<dist::ProcessGroup> group_;
+  bool flatten_;
   std::unique_ptr<data::DataLoader> loader_;
 };
 

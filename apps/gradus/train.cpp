@@ -43,6 +43,7 @@
 #include "train_augment.h"
 #include "train_checkpoints.h"
 #include "train_outputs.h"
+#include "train_parallel.h"
 #include "train_setup.h"
 
 namespace gradus::cli {
@@ -62,8 +63,6 @@ struct TrainTask {
 };
 constexpr TrainTask kTrainTasks[] = {
     {"language-model", [](const TrainOptions& o) { return o.model == "gpt"; }, run_train_lm},
-    {"model-parallel-image-classification",
-     [](const TrainOptions& o) { return o.tp > 1 || o.pp > 1; }, run_train_model_parallel},
     {"image-classification", [](const TrainOptions&) { return true; }, run_train_images},
 };
 
@@ -89,11 +88,15 @@ int run_train(const TrainOptions& options) {
 namespace {
 
 // Image classification as the training layer's task: cross-entropy for training, the CLI's
-// Evaluator (the test set, sharded over the ranks under --dist) for the epoch's evaluation.
+// Evaluator (the test set, sharded over the data ranks) for the epoch's evaluation. An MLP's
+// input is flattened here (nn::MLP flattens in its own forward, which a pipeline's stages skip).
 class ImageTask : public train::ClassificationTask {
  public:
-  ImageTask(Evaluator evaluate, std::optional<DType> amp)
-      : evaluate_(std::move(evaluate)), amp_(amp) {}
+  ImageTask(Evaluator evaluate, std::optional<DType> amp, bool flatten)
+      : evaluate_(std::move(evaluate)), amp_(amp), flatten_(flatten) {}
+  Tensor model_input(const data::Example& batch) override {
+    return flatten_ ? batch.input.flatten(1) : batch.input;
+  }
   std::map<std::string, double> evaluate(nn::Module& model) override {
     last_ = evaluate_(model, amp_);
     return {{"loss", last_.loss}, {"accuracy", last_.accuracy}};
@@ -103,6 +106,7 @@ class ImageTask : public train::ClassificationTask {
  private:
   Evaluator evaluate_;
   std::optional<DType> amp_;
+  bool flatten_;
   EvalResult last_;
 };
 
@@ -117,17 +121,36 @@ int run_train_images(const TrainOptions& options) {
        "read-loss-every", "limit-train", "limit-test", "no-progress", "checkpoint-dir",
        "checkpoint-every", "keep-checkpoints", "resume", "resume-or-start", "save",
        "stop-after-steps", "detect-anomaly", "deterministic", "cuda-graph", "dist", "dist-timeout",
-       "lr-scaling", "lr-reference-batch", "grad-clip",
-       // --tp 1 / --pp 1 (one rank per model) is this task; more is the model-parallel one.
-       "tp", "pp"});
+       "lr-scaling", "lr-reference-batch", "grad-clip", "tp", "pp", "micro-batches", "schedule"});
   TrainOptions o = options;
   if (o.resume_or_start) o.resume = true;
   apply_threads(o.threads);
-  // --dist: join the world first (every rank runs this same function on its share of each batch).
-  const bool distributed = !o.dist.empty();
+  // --dist, --tp, --pp: join the world first (every rank runs this same function; each data
+  // replica on its share of each batch, the model split over its --tp x --pp ranks).
+  const bool model_parallel = o.tp > 1 || o.pp > 1;
+  const bool distributed = !o.dist.empty() || model_parallel;
   const dist::World world =
       distributed ? dist::init({.timeout_seconds = o.dist_timeout}) : dist::World{};
   const bool lead = world.rank == 0;  // logs, metrics, checkpoints and --save
+  GRADUS_CHECK(world.size % (o.tp * o.pp) == 0, ValueError, "train: --tp ", o.tp, " --pp ", o.pp,
+               " need a multiple of ", o.tp * o.pp,
+               " ranks (launch under mpirun/srun); this world has ", world.size);
+  const dist::ParallelGroups groups =
+      dist::make_parallel_groups({.tensor = o.tp, .pipeline = o.pp});
+  const int data_ranks = groups.layout.data;
+  GRADUS_CHECK(o.batch_size_auto || o.batch_size % data_ranks == 0, ValueError,
+               "train: --batch-size ", o.batch_size, " (the global batch) does not divide over the ",
+               data_ranks, " data-parallel replica(s); use a multiple of ", data_ranks);
+  GRADUS_CHECK(!o.batch_size_auto || !model_parallel, ValueError,
+               "train: --batch-size auto is not supported with --tp/--pp (the finder sizes one "
+               "process's step)");
+  GRADUS_CHECK(o.pp > 1 || !o.given.count("micro-batches"), ValueError,
+               "train: --micro-batches cuts a pipeline's batch; it needs --pp > 1");
+  GRADUS_CHECK(o.pp > 1 || !o.given.count("schedule"), ValueError,
+               "train: --schedule orders a pipeline's micro-batches; it needs --pp > 1");
+  GRADUS_CHECK(o.pp == 1 || o.amp != "f16", ValueError,
+               "train: --amp f16 is not supported with --pp (each stage would decide on its own "
+               "gradients whether to skip a step); --amp bf16 needs no loss scaling");
   Device device = resolve_device(o.device);
   // Each rank of a host uses its own GPU (dist::init made it the current device).
   if (distributed && device.is_cuda()) device = Device::cuda(cuda::current_device());
@@ -148,16 +171,18 @@ int run_train_images(const TrainOptions& options) {
   }
 
   check_image_data_options(o);
-  // How the model and its optimizer spread over the ranks (gradus/train/strategy.h); what it
-  // cannot do is refused here, naming the option.
-  std::unique_ptr<train::Strategy> strategy = train::make_strategy(distributed ? o.dist : "local");
+  // How the model and its optimizer spread over the data ranks (gradus/train/strategy.h; ddp by
+  // default when a layout leaves several); what it cannot do is refused here, naming the option.
+  const std::string strategy_name = !o.dist.empty() ? o.dist : (data_ranks > 1 ? "ddp" : "local");
+  const train::StrategyCaps caps = train::make_strategy(strategy_name)->caps();
   // --cuda-graph replays a step recorded on a GPU; the exchanges of a distributed step and the
   // f16 scaler's overflow check are host decisions a replay could not repeat.
   GRADUS_CHECK(!o.cuda_graph || device.is_cuda(), ValueError,
                "train: --cuda-graph needs a CUDA device, and the run is on ", device.str(),
                " (--device ", o.device, ")");
-  GRADUS_CHECK(!o.cuda_graph || strategy->caps().graph_capture, ValueError,
-               "train: --cuda-graph is not supported with --dist ", o.dist,
+  GRADUS_CHECK(!o.cuda_graph || (caps.graph_capture && !model_parallel), ValueError,
+               "train: --cuda-graph is not supported with ",
+               model_parallel ? "--tp/--pp" : ("--dist " + o.dist),
                " (each step exchanges values through the host)");
   GRADUS_CHECK(!o.cuda_graph || o.amp != "f16", ValueError,
                "train: --cuda-graph is not supported with --amp f16 (the loss scaler decides on "
@@ -165,7 +190,7 @@ int run_train_images(const TrainOptions& options) {
 
   // --amp f16 scales the loss; the scaler's skip decision needs the same gradients on every rank,
   // which averaging them before the step gives.
-  GRADUS_CHECK(o.amp != "f16" || strategy->caps().loss_scaling, ValueError,
+  GRADUS_CHECK(o.amp != "f16" || caps.loss_scaling, ValueError,
                "train: --amp f16 with --dist ", o.dist,
                " is not supported (loss scaling needs all-reduced gradients: use --dist ddp, or "
                "--amp bf16, which needs no loss scaling)");
@@ -173,14 +198,11 @@ int run_train_images(const TrainOptions& options) {
   GRADUS_CHECK(o.dropout == 0 || o.model == "mlp", ValueError,
                "train: --dropout is only supported for --model mlp (got --model ", o.model, ")");
   auto build_model = [&] {
-    std::shared_ptr<nn::Module> m =
-        o.dropout > 0 ? std::make_shared<nn::MLP>(std::vector<int64_t>{28 * 28, 256, 128, 10},
-                                                  "relu", o.dropout)
-                      : nn::make_model(o.model);
+    std::shared_ptr<nn::Module> m = build_image_model(o, groups);
     m->to(device);
     m->train();
     for (const std::string& prefix : o.freeze) m->freeze(prefix, /*keep_norm_eval=*/true);
-    if (o.grad_checkpoint > 0) {
+    if (o.grad_checkpoint > 0 && o.pp == 1) {  // (a pipeline's stage checkpoints its layers)
       auto* seq = dynamic_cast<nn::Sequential*>(m.get());
       GRADUS_CHECK(seq != nullptr, ValueError,
                    "train: --grad-checkpoint needs a Sequential model; ", o.model, " is not one");
@@ -192,7 +214,13 @@ int run_train_images(const TrainOptions& options) {
   if (!o.init_from.empty()) {
     // Weights from an earlier run's --save (or any safetensors file with this model's names):
     // every name must match, so a file for another model is an error, not a partial load.
-    io::load_module(*model, o.init_from);
+    // Under --tp each split layer takes its slice.
+    if (o.tp > 1) {
+      dist::TensorParallelLayers(model, groups.tensor)
+          .load_full_state_dict(io::load_safetensors(o.init_from));
+    } else {
+      io::load_module(*model, o.init_from);
+    }
     if (lead) {
       std::fprintf(stderr, "gradus train: --init-from %s: loaded %zu tensors\n",
                    o.init_from.c_str(), model->state_dict().size());
@@ -234,8 +262,8 @@ int run_train_images(const TrainOptions& options) {
                                             .drop_last = true,
                                             .device = device,
                                             .num_workers = o.workers,
-                                            .rank = world.rank,
-                                            .world_size = distributed ? world.size : 1,
+                                            .rank = groups.data_rank,
+                                            .world_size = data_ranks,
                                             .transform = augment_transform(o, *train_set, lead)});
   // Evaluation: every rank its slice of the test set under --dist (the sums all-reduced), in
   // batches of 500 unless memory is the constraint: the batch-size finder and --memory-limit size
@@ -243,8 +271,9 @@ int run_train_images(const TrainOptions& options) {
   const int64_t eval_batch = o.batch_size_auto || !o.memory_limit.empty()
                                  ? o.batch_size
                                  : std::max<int64_t>(o.batch_size, 500);
+  const bool flatten = o.model.rfind("mlp", 0) == 0;
   auto task = std::make_shared<ImageTask>(
-      Evaluator(test_set, eval_batch, device, o.workers, world, distributed), amp_dtype);
+      Evaluator(test_set, eval_batch, device, o.workers, groups.data, flatten), amp_dtype, flatten);
   const int64_t steps_per_epoch = train_loader.size();
 
   // The run is the training layer's Trainer (gradus/train/trainer.h) configured by the options.
@@ -267,13 +296,18 @@ int run_train_images(const TrainOptions& options) {
   run.who = "gradus train";
   run.divergence_hint =
       "lower --lr or add --warmup-steps; --detect-anomaly names the op that produced it";
+  const train::StrategyOptions layout_options = image_layout_options(o, model, groups, lead);
+  dist::Pipeline* const pipeline = layout_options.pipeline.get();
   train::Trainer trainer(
       model, [&](std::vector<Tensor> p) { return make_optimizer(o, lr, std::move(p)); }, task, run,
-      std::move(strategy));
+      train::make_strategy(strategy_name, layout_options));
   amp::GradScaler& scaler = trainer.scaler();
 
-  const RunLayout layout{
-      .world = world.size, .data = world.size, .strategy = trainer.strategy().name()};
+  const RunLayout layout{.world = world.size,
+                         .data = data_ranks,
+                         .pipeline = o.pp,
+                         .tensor = o.tp,
+                         .strategy = trainer.strategy().name()};
   if (lead) std::fprintf(stderr, "gradus train: %s\n", layout_text(layout).c_str());
   if (lead) {
     std::fprintf(stderr,
@@ -286,9 +320,9 @@ int run_train_images(const TrainOptions& options) {
                  o.deterministic ? ", deterministic" : "",
                  amp_dtype ? (", --amp " + o.amp).c_str() : "",
                  o.detect_anomaly ? ", anomaly detection on" : "",
-                 distributed ? (", --dist " + o.dist + " over " + std::to_string(world.size) +
-                                " rank(s) (" + world.launcher + "), " +
-                                std::to_string(o.batch_size / world.size) + " examples per rank")
+                 distributed ? (", over " + std::to_string(world.size) + " rank(s) (" +
+                                world.launcher + "), " +
+                                std::to_string(o.batch_size / data_ranks) + " examples per replica")
                                    .c_str()
                              : "");
   }
@@ -330,8 +364,15 @@ int run_train_images(const TrainOptions& options) {
       metrics.write({{"step", s.step}, {"epoch", s.epoch + 1}, {"loss", s.loss}, {"lr", s.lr}});
     }
   };
+  double idle_sum = 0;  // under a pipeline: the fraction of each step this stage waited
+  int64_t idle_steps = 0;
   trainer.on_batch_end = [&](const train::BatchEnd& b) {
     profiler.at_step(b.step);
+    if (pipeline != nullptr) {
+      const dist::PipelineStats& st = pipeline->last_stats();
+      idle_sum += 1.0 - st.compute_seconds / std::max(st.step_seconds, 1e-12);
+      ++idle_steps;
+    }
     bar->set_data_wait(train_loader.stats().wait_seconds);
     if (device_monitor) bar->set_monitor_text(monitor::progress_text(device_monitor->latest()));
     bar->update(b.next.batch, b.running_loss, b.examples_in_epoch, epoch_peak());
@@ -366,6 +407,11 @@ int run_train_images(const TrainOptions& options) {
                                    {"device", device.str()},
                                    {"layout", layout_json(layout)}};
     if (amp_dtype) line["amp"] = o.amp;
+    if (pipeline != nullptr) {
+      line["pipeline_idle_fraction"] = idle_sum / static_cast<double>(std::max<int64_t>(idle_steps, 1));
+      idle_sum = 0;
+      idle_steps = 0;
+    }
     if (scaler.is_enabled()) {
       line["loss_scale"] = scaler.get_scale();
       line["skipped_steps"] = scaler.skipped_steps();  // since the start of this process
@@ -382,14 +428,24 @@ int run_train_images(const TrainOptions& options) {
   if (fit.stopped) return report_stop(fit, lead);
   profiler.finish();
   if (!fit.last_epoch) {  // resumed after the last epoch
-    task->evaluate(*model);
+    task->evaluate(trainer.strategy().inference_module());
     result = task->last();
     check_finite_evaluation(result, o.epochs);
   }
-  if (!o.save.empty() && lead) {
-    check_finite_parameters(*model, "--save " + o.save);
-    io::save_module(*model, o.save, {{"format", "pt"}, {"gradus.model", o.model}});
-    std::fprintf(stderr, "gradus train: wrote the final weights to %s\n", o.save.c_str());
+  if (!o.save.empty()) {
+    // The one-process model under its names: the layout's shards and stages gathered (a
+    // collective), loaded into the model one process builds.
+    const nn::StateDict full = train::full_model_state(
+        trainer.model(), layout_options.tensor_parallel.get(), pipeline);
+    if (lead) {
+      TrainOptions one_process = o;
+      one_process.tp = 1;
+      std::shared_ptr<nn::Module> whole = model_parallel ? build_image_model(one_process, {}) : model;
+      if (model_parallel) whole->load_state_dict(full);
+      check_finite_parameters(*whole, "--save " + o.save);
+      io::save_module(*whole, o.save, {{"format", "pt"}, {"gradus.model", o.model}});
+      std::fprintf(stderr, "gradus train: wrote the final weights to %s\n", o.save.c_str());
+    }
   }
   std::printf("test_accuracy=%.4f\n", result.accuracy);
   return 0;

@@ -101,10 +101,10 @@ void ParameterServer::step(double max_grad_norm) {
         p.set_grad(detail::flat_view(l->flat, l->plan.offsets[k], p.sizes()).clone());
       }
     }
-    // The averaged gradients. (With tensor parallelism, the servers of the tensor ranks are the
-    // ranks of one replica: its tensor group.)
+    // The averaged gradients. (With tensor or pipeline parallelism, the servers of the tensor
+    // ranks and stages are the ranks of one replica: its tensor and pipeline groups.)
     if (max_grad_norm > 0) {
-      clip_grad_norm_tensor_parallel(params_, max_grad_norm, options_.tensor_parallel);
+      clip_grad_norm_model_parallel(params_, max_grad_norm, options_.model_parallel);
     }
     optimizer_.step();
     for (size_t i = 0; i < layouts_.size(); ++i) {

@@ -508,6 +508,38 @@ std::pair<double, Tensor> Pipeline::run(const Tensor& input, const Tensor& targe
 
 // ------------------------------------------------------------------------------ data parallel
 
+Tensor PipelineModule::forward(const Tensor& x) {
+  Tensor out = pipeline_.forward(x);
+  ProcessGroup& group = pipeline_.group();
+  if (group.size() == 1) return out;
+  // The output's dtype and shape first (only the last stage knows them), then its values.
+  constexpr int kMaxDims = 8;
+  const int last = pipeline_.num_stages() - 1;
+  Tensor header = zeros({kMaxDims + 2}, {.dtype = DType::i64});
+  if (pipeline_.is_last()) {
+    GRADUS_CHECK(out.dim() <= kMaxDims, ValueError, "PipelineModule: the output has ", out.dim(),
+                 " dimensions; at most ", kMaxDims, " are handed to the other stages");
+    int64_t* h = header.data_ptr<int64_t>();
+    h[0] = static_cast<int64_t>(out.dtype());
+    h[1] = out.dim();
+    for (int64_t d = 0; d < out.dim(); ++d) h[2 + d] = out.size(d);
+  }
+  group.broadcast(header, last, "pipeline output header")->wait();
+  if (!pipeline_.is_last()) {
+    const int64_t* h = header.data_ptr<int64_t>();
+    const Shape shape(h + 2, h + 2 + h[1]);
+    const std::vector<Tensor> params = pipeline_.parameters();
+    const Device device = x.defined()        ? x.device()
+                          : params.empty() ? Device::cpu()
+                                           : params[0].device();
+    out = empty(shape, {.dtype = static_cast<DType>(h[0]), .device = device});
+  } else {
+    out = out.contiguous();
+  }
+  group.broadcast(out, last, "pipeline output")->wait();
+  return out;
+}
+
 void average_gradients(const std::vector<Tensor>& params, ProcessGroup& group) {
   if (group.size() == 1) return;
   std::map<std::pair<DType, std::string>, std::vector<Tensor>> by_kind;

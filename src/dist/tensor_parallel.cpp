@@ -4,6 +4,7 @@
 #include "gradus/dist/tensor_parallel.h"
 
 #include <cmath>
+#include <map>
 
 #include <sstream>
 
@@ -354,12 +355,18 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& ta
   return autograd::apply(fn, {logits_shard, target})[0];
 }
 
-void clip_grad_norm_tensor_parallel(const std::vector<Tensor>& params, double max_norm,
-                                    const TensorParallelModule* split) {
-  if (split == nullptr || split->tensor_group().size() == 1) {
+bool ModelParallel::split() const {
+  return (tensor != nullptr && tensor->tensor_group().size() > 1) ||
+         (stages != nullptr && stages->size() > 1);
+}
+
+void clip_grad_norm_model_parallel(const std::vector<Tensor>& params, double max_norm,
+                                   const ModelParallel& split) {
+  if (!split.split()) {
     optim::clip_grad_norm(params, max_norm);
     return;
   }
+  const bool tensor = split.tensor != nullptr && split.tensor->tensor_group().size() > 1;
   Tensor shards, replicated;  // sums of squares (f64), where the gradients are
   std::vector<Tensor> grads;
   for (const Tensor& p : params) {
@@ -367,24 +374,95 @@ void clip_grad_norm_tensor_parallel(const std::vector<Tensor>& params, double ma
     if (!g.defined()) continue;
     grads.push_back(g);
     const Tensor squares = sum(square(g.to(DType::f64)));
-    Tensor& into = split->is_shard(p) ? shards : replicated;
+    Tensor& into = tensor && split.tensor->is_shard(p) ? shards : replicated;
     into = into.defined() ? add(into, squares) : squares;
   }
-  // (Every rank of the group all-reduces, with or without gradients of its own.)
-  Tensor total = shards.defined() ? shards.to(Device::cpu()).reshape({1}).contiguous()
-                                  : zeros({1}, {.dtype = DType::f64});
-  split->tensor_group().all_reduce(total, ReduceOp::sum, "tensor-parallel gradient norm")->wait();
-  double squares = total.item();
-  if (replicated.defined()) squares += replicated.item();
-  const double norm = std::sqrt(squares);
+  auto on_host = [](const Tensor& t) {
+    return t.defined() ? t.to(Device::cpu()).reshape({1}).contiguous()
+                       : zeros({1}, {.dtype = DType::f64});
+  };
+  // (Every rank of a group all-reduces, with or without gradients of its own.)
+  Tensor total = on_host(shards);
+  if (tensor) {
+    split.tensor->tensor_group()
+        .all_reduce(total, ReduceOp::sum, "tensor-parallel gradient norm")
+        ->wait();
+  }
+  total = add(total, on_host(replicated)).contiguous();
+  if (split.stages != nullptr && split.stages->size() > 1) {
+    split.stages->all_reduce(total, ReduceOp::sum, "pipeline gradient norm")->wait();
+  }
+  const double norm = std::sqrt(total.item());
   GRADUS_CHECK(std::isfinite(norm), ValueError,
-               "clip_grad_norm_tensor_parallel: the gradient norm is ", norm,
+               "clip_grad_norm_model_parallel: the gradient norm is ", norm,
                ": clipping cannot scale it");
   const double scale = max_norm / (norm + 1e-6);
   if (scale < 1) {
     NoGradGuard no_grad;
     for (Tensor g : grads) g.mul_(scale);
   }
+}
+
+// ------------------------------------------------------------------ TensorParallelLayers
+TensorParallelLayers::TensorParallelLayers(std::shared_ptr<nn::Module> model,
+                                           std::shared_ptr<ProcessGroup> group)
+    : model_(std::move(model)), group_(resolve(std::move(group))) {
+  GRADUS_CHECK(model_ != nullptr, ValueError, "TensorParallelLayers: the model is null");
+}
+
+int TensorParallelLayers::split_dim(const Tensor& p) const {
+  for (const auto& [name, m] : model_->named_modules()) {
+    if (auto* column = dynamic_cast<const ColumnParallelLinear*>(m.get())) {
+      if (p.same(column->weight) || (column->bias.defined() && p.same(column->bias))) {
+        return 0;
+      }
+    } else if (auto* row = dynamic_cast<const RowParallelLinear*>(m.get())) {
+      if (p.same(row->weight)) return 1;
+    }
+  }
+  return -1;
+}
+
+bool TensorParallelLayers::is_shard(const Tensor& p) const { return split_dim(p) >= 0; }
+
+Tensor TensorParallelLayers::gather_shards(const Tensor& p, const Tensor& local) const {
+  const int dim = split_dim(p);
+  if (dim < 0) return local;
+  const int size = group_->size();
+  // All-gathered along the rows (the collective's layout), then arranged along `dim`.
+  const Tensor moved = local.detach().transpose(0, dim).contiguous();
+  Shape gathered = moved.sizes();
+  gathered[0] *= size;
+  Tensor all = empty(gathered, {.dtype = moved.dtype(), .device = moved.device()});
+  group_->all_gather(all, moved, "tensor-parallel shards")->wait();
+  return all.transpose(0, dim).contiguous();
+}
+
+Tensor TensorParallelLayers::take_shard(const Tensor& p, const Tensor& full) const {
+  const int dim = split_dim(p);
+  if (dim < 0) return full;
+  const int64_t part = full.size(dim) / group_->size();
+  return full.narrow(dim, part * group_->rank(), part).contiguous();
+}
+
+nn::StateDict TensorParallelLayers::full_state_dict() const {
+  nn::StateDict full;
+  for (const auto& [name, t] : model_->named_parameters()) {
+    full.insert(name, gather_shards(t, t));
+  }
+  for (const auto& [name, t] : model_->named_buffers()) full.insert(name, t.detach());
+  return full;
+}
+
+void TensorParallelLayers::load_full_state_dict(const nn::StateDict& full) {
+  nn::StateDict mine;
+  std::map<std::string, Tensor> params;
+  for (const auto& [name, t] : model_->named_parameters()) params.emplace(name, t);
+  for (const auto& [name, t] : full) {
+    const auto it = params.find(name);
+    mine.insert(name, it == params.end() ? t : take_shard(it->second, t));
+  }
+  model_->load_state_dict(mine);
 }
 
 }  // namespace gradus::dist

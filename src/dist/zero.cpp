@@ -129,8 +129,11 @@ void ZeroRedundancyOptimizer::clip_shards() {
   if (!squares.defined()) return;  // nothing trainable
   Tensor total = squares.to(Device::cpu()).reshape({1});
   group_->all_reduce(total, ReduceOp::sum, "ZeRO gradient norm")->wait();
-  if (tensor_parallel_ != nullptr) {
-    tensor_parallel_->tensor_group().all_reduce(total, ReduceOp::sum, "ZeRO gradient norm")->wait();
+  if (const TensorParallelModule* tensor = model_parallel_.tensor) {
+    tensor->tensor_group().all_reduce(total, ReduceOp::sum, "ZeRO gradient norm")->wait();
+  }
+  if (ProcessGroup* stages = model_parallel_.stages) {
+    stages->all_reduce(total, ReduceOp::sum, "ZeRO gradient norm (pipeline stages)")->wait();
   }
   const double norm = std::sqrt(total.item());
   GRADUS_CHECK(std::isfinite(norm), ValueError, "ZeroRedundancyOptimizer: the gradient norm is ",
@@ -141,10 +144,13 @@ void ZeroRedundancyOptimizer::clip_shards() {
   }
 }
 
-void ZeroRedundancyOptimizer::set_tensor_parallel(const TensorParallelModule* split) {
-  tensor_parallel_ = split != nullptr && split->tensor_group().size() > 1 ? split : nullptr;
-  if (tensor_parallel_ == nullptr) return;
-  const double replicated = 1.0 / static_cast<double>(tensor_parallel_->tensor_group().size());
+void ZeroRedundancyOptimizer::set_model_parallel(const ModelParallel& split) {
+  model_parallel_ = {};
+  if (split.stages != nullptr && split.stages->size() > 1) model_parallel_.stages = split.stages;
+  if (split.tensor == nullptr || split.tensor->tensor_group().size() == 1) return;
+  model_parallel_.tensor = split.tensor;
+  const TensorParallelModule* split_weights = split.tensor;
+  const double replicated = 1.0 / static_cast<double>(split_weights->tensor_group().size());
   const std::vector<Tensor>& params = groups_[0];
   for (auto& b : buffers_) {
     const int64_t begin = b->shard.begin, end = b->shard.end;
@@ -153,7 +159,7 @@ void ZeroRedundancyOptimizer::set_tensor_parallel(const TensorParallelModule* sp
       const Tensor& p = params[b->plan.params[k]];
       const int64_t first = std::max(begin, b->plan.offsets[k]);
       const int64_t last = std::min(end, b->plan.offsets[k] + p.numel());
-      const double w = tensor_parallel_->is_shard(p) ? 1.0 : replicated;
+      const double w = split_weights->is_shard(p) ? 1.0 : replicated;
       for (int64_t i = first; i < last; ++i) weights[static_cast<size_t>(i - begin)] = w;
     }
     b->norm_weights =

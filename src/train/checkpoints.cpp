@@ -7,9 +7,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <optional>
+#include <set>
+#include <type_traits>
 
 #include "gradus/io/io.h"
+#include "gradus/ops.h"
 
 namespace gradus::train {
 
@@ -170,7 +174,175 @@ optim::OptimizerState map_parameter_states(const optim::OptimizerState& state,
   return out;
 }
 
+// Pipeline stages. An optimizer's state counts its parameters group by group ("state.I.*" and the
+// "state.I.step" scalars, I over all_params(); "param_groups.G.num_params"). The whole model's
+// optimizer, one process's, counts group G's parameters of every stage, in stage order (the
+// stages hold consecutive layers), after all of group G - 1's. A stage without trainable
+// parameters holds an optimizer over a placeholder (Strategy), which counts as none.
+bool staged(const dist::Pipeline* pipeline) {
+  return pipeline != nullptr && pipeline->num_stages() > 1;
+}
+
+// Where this stage's optimizer parameters go in the whole model's numbering.
+class StageNumbering {
+ public:
+  StageNumbering(dist::Pipeline& pipeline, const nn::Module& stage,
+                 const optim::Optimizer& optimizer) {
+    std::set<const TensorImpl*> held;
+    for (const Tensor& p : stage.parameters()) held.insert(p.impl());
+    const size_t groups = optimizer.num_param_groups();
+    local_counts_.assign(groups, 0);
+    for (size_t g = 0; g < groups; ++g) {
+      for (const Tensor& p : optimizer.params(g)) {
+        const bool real = held.count(p.impl()) != 0;
+        group_of_.push_back(real ? static_cast<int64_t>(g) : -1);
+        position_.push_back(real ? local_counts_[g]++ : 0);
+      }
+    }
+    dist::ProcessGroup& group = pipeline.group();
+    const int stages = group.size(), me = pipeline.stage_index();
+    Tensor all = zeros({stages}, {.dtype = DType::i64});
+    group.all_gather(all, tensor({static_cast<double>(groups)}, {1}, {.dtype = DType::i64}),
+                     "optimizer parameter groups per stage")
+        ->wait();
+    for (int s = 0; s < stages; ++s) {
+      GRADUS_CHECK(all.data_ptr<int64_t>()[s] == static_cast<int64_t>(groups), ValueError,
+                   "train: checkpoints of a pipeline need the same number of optimizer parameter "
+                   "groups on every stage; stage ",
+                   s, " has ", all.data_ptr<int64_t>()[s], ", stage ", me, " has ", groups);
+    }
+    std::vector<double> mine(local_counts_.begin(), local_counts_.end());
+    Tensor counts = zeros({stages * static_cast<int64_t>(groups)}, {.dtype = DType::i64});
+    if (groups > 0) {
+      group.all_gather(counts, tensor(mine, {static_cast<int64_t>(groups)}, {.dtype = DType::i64}),
+                       "optimizer parameters per stage")
+          ->wait();
+    }
+    const int64_t* c = counts.data_ptr<int64_t>();
+    totals_.assign(groups, 0);
+    first_.assign(groups, 0);
+    for (size_t g = 0; g < groups; ++g) {
+      for (int s = 0; s < stages; ++s) {
+        const int64_t n = c[static_cast<size_t>(s) * groups + g];
+        totals_[g] += n;
+        if (s < me) first_[g] += n;
+      }
+    }
+  }
+  // The whole model's index of local parameter i; -1 for a placeholder.
+  int64_t global(size_t i) const {
+    if (i >= group_of_.size() || group_of_[i] < 0) return -1;
+    const auto g = static_cast<size_t>(group_of_[i]);
+    int64_t before = 0;
+    for (size_t h = 0; h < g; ++h) before += totals_[h];
+    return before + first_[g] + position_[i];
+  }
+  // The local index of the whole model's parameter `index`; -1 when another stage holds it.
+  int64_t local(int64_t index) const {
+    for (size_t i = 0; i < group_of_.size(); ++i) {
+      if (global(i) == index) return static_cast<int64_t>(i);
+    }
+    return -1;
+  }
+  const std::vector<int64_t>& totals() const { return totals_; }
+  std::vector<int64_t> local_sizes(const optim::Optimizer& optimizer) const {
+    std::vector<int64_t> sizes;
+    for (size_t g = 0; g < optimizer.num_param_groups(); ++g) {
+      sizes.push_back(static_cast<int64_t>(optimizer.params(g).size()));
+    }
+    return sizes;
+  }
+
+ private:
+  std::vector<int64_t> group_of_, position_;  // per local parameter
+  std::vector<int64_t> local_counts_, totals_, first_;
+};
+
+std::string with_index(const std::string& key, int64_t index) {
+  size_t old = 0;
+  std::string name;
+  optim::parse_state_key(key, old, name);
+  return "state." + std::to_string(index) + "." + name;
+}
+
+void set_group_sizes(optim::OptimizerState& state, const std::vector<int64_t>& sizes) {
+  for (size_t g = 0; g < sizes.size(); ++g) {
+    state.scalars["param_groups." + std::to_string(g) + ".num_params"] =
+        static_cast<double>(sizes[g]);
+  }
+}
+
+// Every stage's optimizer state gathered on stage 0 in the whole model's numbering (a collective
+// over the pipeline group; the other stages' state is returned as it was).
+optim::OptimizerState gather_stage_optimizers(optim::OptimizerState state,
+                                              dist::Pipeline& pipeline, const nn::Module& stage,
+                                              const optim::Optimizer& optimizer) {
+  const StageNumbering numbering(pipeline, stage, optimizer);
+  std::map<std::string, Tensor> per_parameter;  // tensors and step counts, renumbered
+  auto renumber = [&](auto& items, auto as_tensor) {
+    for (auto it = items.begin(); it != items.end();) {
+      size_t index = 0;
+      std::string name;
+      if (!optim::parse_state_key(it->first, index, name)) {
+        ++it;
+        continue;
+      }
+      const int64_t whole = numbering.global(index);
+      if (whole >= 0) per_parameter.emplace(with_index(it->first, whole), as_tensor(it->second));
+      it = items.erase(it);
+    }
+  };
+  renumber(state.tensors, [](const Tensor& t) { return t; });
+  renumber(state.scalars, [](double v) { return tensor({v}, {}, {.dtype = DType::f64}); });
+  per_parameter = dist::gather_named_tensors(pipeline.group(), per_parameter, 0);
+  for (const auto& [key, t] : per_parameter) {
+    if (key.ends_with(".step") && t.dim() == 0 && t.dtype() == DType::f64) {
+      state.scalars[key] = t.item();
+    } else {
+      state.tensors[key] = t;
+    }
+  }
+  set_group_sizes(state, numbering.totals());
+  return state;
+}
+
+// This stage's part of the whole model's state in `state`, numbered as its optimizer counts.
+void take_stage(io::TrainingState& state, dist::Pipeline& pipeline, const nn::Module& stage,
+                const optim::Optimizer& optimizer) {
+  const StageNumbering numbering(pipeline, stage, optimizer);
+  nn::StateDict mine;  // (a name the checkpoint lacks fails the strict load, named)
+  for (const auto& [name, t] : stage.state_dict()) {
+    if (const Tensor* stored = state.model.find(name)) mine.insert(name, *stored);
+  }
+  state.model = mine;
+  auto keep_mine = [&](auto& items) {
+    std::decay_t<decltype(items)> kept;
+    for (const auto& [key, value] : items) {
+      size_t index = 0;
+      std::string name;
+      if (!optim::parse_state_key(key, index, name)) {
+        kept.emplace(key, value);
+      } else if (const int64_t i = numbering.local(static_cast<int64_t>(index)); i >= 0) {
+        kept.emplace(with_index(key, i), value);
+      }
+    }
+    items = kept;
+  };
+  keep_mine(state.optimizer.tensors);
+  keep_mine(state.optimizer.scalars);
+  set_group_sizes(state.optimizer, numbering.local_sizes(optimizer));
+}
+
 }  // namespace
+
+nn::StateDict full_model_state(nn::Module& held, dist::TensorParallelModule* split,
+                               dist::Pipeline* pipeline) {
+  nn::StateDict state = split != nullptr ? split->full_state_dict() : held.state_dict();
+  if (!staged(pipeline)) return state;
+  std::map<std::string, Tensor> named;
+  for (const auto& [name, t] : state) named.emplace(name, t);
+  return dist::gather_named_tensors(pipeline->group(), named, 0);
+}
 
 Checkpointer::Checkpointer(CheckpointOptions options, nn::Module& model,
                            optim::Optimizer& optimizer, optim::LRScheduler* scheduler,
@@ -190,13 +362,18 @@ std::string Checkpointer::save(int64_t step, data::LoaderPosition next,
   // A sharded optimizer's state_dict() gathers (a collective: every rank is here) the state one
   // unsharded optimizer would have, so the checkpoint resumes at any world size.
   io::TrainingState s = io::capture_training_state(model_, &optimizer_, step, scheduler_);
+  // One process's model and optimizer state, gathered from the shards and the stages (every rank
+  // is here).
+  s.model = full_model_state(model_, options_.tensor_parallel, options_.pipeline);
   if (dist::TensorParallelModule* split = options_.tensor_parallel) {
-    // One process's model and optimizer state, gathered from the shards (every rank is here).
-    s.model = split->full_state_dict();
     s.optimizer =
         map_parameter_states(s.optimizer, optimizer_, [split](const Tensor& p, const Tensor& t) {
           return t.sizes() == p.sizes() ? split->gather_shards(p, t) : t;
         });
+  }
+  if (staged(options_.pipeline)) {
+    s.optimizer =
+        gather_stage_optimizers(std::move(s.optimizer), *options_.pipeline, model_, optimizer_);
   }
   if (scaler_.is_enabled()) s.scaler = scaler_.state_dict();
   last_step_ = step;
@@ -274,8 +451,10 @@ StartPoint find_start(const CheckpointOptions& o, const std::string& config, nn:
   for (const std::string& note : check_config(state.config, config, *latest)) {
     say("%s: warning: %s\n", who, note.c_str());
   }
+  // One process's state: this stage's part of it, this rank's shards of that, then restored as
+  // this model's own.
+  if (staged(o.pipeline)) take_stage(state, *o.pipeline, model, optimizer);
   if (dist::TensorParallelModule* split = o.tensor_parallel) {
-    // One process's state: this rank's shards of it, then restored as this model's own.
     split->load_full_state_dict(state.model);
     state.model = model.state_dict();
     state.optimizer = map_parameter_states(

@@ -6,6 +6,7 @@
 #include "gradus/dist/module_sync.h"
 #include "gradus/dist/parameter_server.h"
 #include "gradus/dist/zero.h"
+#include "gradus/ops.h"
 
 namespace gradus::train {
 
@@ -17,9 +18,36 @@ nn::Module& Strategy::model() const {
   return *model_;
 }
 
+dist::ModelParallel Strategy::model_parallel() const {
+  return {.tensor = tensor_parallel(), .stages = pipeline() ? &pipeline()->group() : nullptr};
+}
+
 dist::ProcessGroup& Strategy::run_group() const {
-  return tensor_parallel() && tensor_parallel()->tensor_group().size() > 1 ? *dist::default_group()
-                                                                           : *group_;
+  return model_parallel().split() ? *dist::default_group() : *group_;
+}
+
+std::shared_ptr<nn::Module> Strategy::held_part(std::shared_ptr<nn::Module> model) const {
+  if (pipeline() == nullptr) return model;
+  return std::shared_ptr<nn::Module>(std::move(model), &pipeline()->stage());
+}
+
+std::unique_ptr<optim::Optimizer> Strategy::make_optimizer(const OptimizerFactory& make,
+                                                           std::vector<Tensor> params) const {
+  if (params.empty() && pipeline() != nullptr) {
+    Tensor placeholder = zeros({1});
+    placeholder.set_requires_grad(true);
+    params.push_back(placeholder);
+  }
+  return make(std::move(params));
+}
+
+nn::Module& Strategy::inference_module() {
+  if (pipeline() == nullptr) return model();
+  if (pipeline_module_ == nullptr) {
+    pipeline_module_ = std::make_unique<dist::PipelineModule>(*pipeline());
+  }
+  pipeline_module_->train(model().is_training());
+  return *pipeline_module_;
 }
 
 optim::Optimizer& Strategy::optimizer() const {
@@ -35,8 +63,8 @@ void Strategy::step(amp::GradScaler& scaler, double max_grad_norm) {
                " does not support loss scaling (--amp f16)");
   if (max_grad_norm > 0) {
     scaler.unscale_(optimizer());  // the norm of the true gradients (nothing when disabled)
-    dist::clip_grad_norm_tensor_parallel(model().trainable_parameters(), max_grad_norm,
-                                         tensor_parallel());
+    dist::clip_grad_norm_model_parallel(model().trainable_parameters(), max_grad_norm,
+                                        model_parallel());
   }
   scaler.step(optimizer());  // the plain optimizer step when the scaler is disabled
 }
@@ -52,13 +80,15 @@ class LocalStrategy final : public Strategy {
     return {.loss_scaling = true, .graph_capture = true, .sharded_optimizer_state = false};
   }
   void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make) override {
-    model_ = std::move(model);
-    optimizer_ = make(model_->trainable_parameters());
+    model_ = held_part(std::move(model));
+    optimizer_ = make_optimizer(make, model_->trainable_parameters());
   }
   nn::Module& module() override { return model(); }
 };
 
-// DistributedDataParallel: gradient buckets all-reduced during backward.
+// DistributedDataParallel: gradient buckets all-reduced during backward. Under a pipeline,
+// whose backward runs per micro-batch outside DDP's forward, a stage's gradients are averaged in
+// one bucket after it.
 class DdpStrategy final : public Strategy {
  public:
   using Strategy::Strategy;
@@ -67,13 +97,24 @@ class DdpStrategy final : public Strategy {
     return {.loss_scaling = true, .graph_capture = false, .sharded_optimizer_state = false};
   }
   void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make) override {
-    model_ = std::move(model);
-    dist::DDPOptions ddp = options_.ddp;
-    ddp.group = group_;
-    wrapper_ = std::make_shared<dist::DistributedDataParallel>(model_, ddp);  // broadcasts
-    optimizer_ = make(model_->trainable_parameters());
+    model_ = held_part(std::move(model));
+    if (pipeline() != nullptr) {
+      dist::broadcast_module_state(*model_, *group_, 0);
+    } else {
+      dist::DDPOptions ddp = options_.ddp;
+      ddp.group = group_;
+      wrapper_ = std::make_shared<dist::DistributedDataParallel>(model_, ddp);  // broadcasts
+    }
+    optimizer_ = make_optimizer(make, model_->trainable_parameters());
   }
-  nn::Module& module() override { return *wrapper_; }
+  nn::Module& module() override { return wrapper_ ? *wrapper_ : model(); }
+  void before_forward() override {
+    if (wrapper_ == nullptr && model().is_training()) dist::broadcast_buffers(model(), *group_, 0);
+  }
+  void step(amp::GradScaler& scaler, double max_grad_norm) override {
+    if (wrapper_ == nullptr) dist::average_gradients(model().trainable_parameters(), *group_);
+    Strategy::step(scaler, max_grad_norm);
+  }
 
  private:
   std::shared_ptr<dist::DistributedDataParallel> wrapper_;
@@ -86,12 +127,12 @@ class ParameterServerStrategy final : public Strategy {
   const char* name() const override { return "ps"; }
   StrategyCaps caps() const override { return {}; }
   void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make) override {
-    model_ = std::move(model);
-    optimizer_ = make(model_->trainable_parameters());
+    model_ = held_part(std::move(model));
+    optimizer_ = make_optimizer(make, model_->trainable_parameters());
     server_ = std::make_unique<dist::ParameterServer>(
         model_, *optimizer_,
         dist::ParameterServerOptions{
-            .server = 0, .group = group_, .tensor_parallel = options_.tensor_parallel.get()});
+            .server = 0, .group = group_, .model_parallel = model_parallel()});
   }
   nn::Module& module() override { return model(); }
   void step(amp::GradScaler& scaler, double max_grad_norm) override {
@@ -114,14 +155,14 @@ class Zero1Strategy final : public Strategy {
     return {.loss_scaling = false, .graph_capture = false, .sharded_optimizer_state = true};
   }
   void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make) override {
-    model_ = std::move(model);
+    model_ = held_part(std::move(model));
     dist::broadcast_module_state(*model_, *group_, 0);
     // The trainable parameters only: a frozen one is neither in the shards nor updated (an
     // optimizer over it would still apply weight decay to its zero gradient).
     auto zero = std::make_unique<dist::ZeroRedundancyOptimizer>(model_->trainable_parameters(),
                                                                 make, group_);
     zero_ = zero.get();
-    if (tensor_parallel()) zero_->set_tensor_parallel(tensor_parallel());
+    zero_->set_model_parallel(model_parallel());
     optimizer_ = std::move(zero);
   }
   nn::Module& module() override { return model(); }

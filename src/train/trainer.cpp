@@ -16,13 +16,23 @@
 
 namespace gradus::train {
 
+Tensor Task::loss(nn::Module& model, const data::Example& batch) {
+  return output_loss(model(model_input(batch)), batch.target);
+}
+
+Tensor Task::output_loss(const Tensor& /*output*/, const Tensor& /*target*/) {
+  throw ValueError(
+      "train: this Task defines no output_loss(output, target) (it overrides loss() as a whole), "
+      "which a pipeline needs: it runs the model's forward itself, micro-batch by micro-batch");
+}
+
 // ------------------------------------------------------------------------- classification
 ClassificationTask::ClassificationTask(std::shared_ptr<data::Dataset> held_out,
                                        int64_t eval_batch_size)
     : held_out_(std::move(held_out)), eval_batch_size_(std::max<int64_t>(eval_batch_size, 1)) {}
 
-Tensor ClassificationTask::loss(nn::Module& model, const data::Example& batch) {
-  return cross_entropy(model(batch.input), batch.target);
+Tensor ClassificationTask::output_loss(const Tensor& output, const Tensor& target) {
+  return cross_entropy(output, target);
 }
 
 std::map<std::string, double> ClassificationTask::evaluate(nn::Module& model) {
@@ -33,9 +43,10 @@ std::map<std::string, double> ClassificationTask::evaluate(nn::Module& model) {
   for (int64_t begin = 0; begin < n; begin += eval_batch_size_) {
     std::vector<int64_t> indices(static_cast<size_t>(std::min(eval_batch_size_, n - begin)));
     for (size_t i = 0; i < indices.size(); ++i) indices[i] = begin + static_cast<int64_t>(i);
-    const data::Example batch = held_out_->get_batch(indices);
-    const Tensor input = batch.input.to(device), target = batch.target.to(device);
-    const Tensor logits = model(input);
+    data::Example batch = held_out_->get_batch(indices);
+    batch.input = batch.input.to(device);
+    const Tensor target = batch.target.to(device);
+    const Tensor logits = model(model_input(batch));
     const auto count = static_cast<double>(indices.size());
     loss_sum += cross_entropy(logits, target).item() * count;
     correct += sum(eq(argmax(logits, -1), target.to(DType::i64))).item();
@@ -75,6 +86,12 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, const OptimizerFactory& make
   GRADUS_CHECK(!options_.cuda_graph || strategy_->caps().graph_capture, ValueError, who,
                ": a CUDA-graph step is not supported by the '", strategy_->name(),
                "' strategy (each step exchanges values through the host)");
+  GRADUS_CHECK(strategy_->pipeline() == nullptr || !scaler_.is_enabled(), ValueError, who,
+               ": f16 loss scaling is not supported under a pipeline (each stage would decide on "
+               "its own gradients whether to skip a step); bf16 autocast needs no scaler");
+  GRADUS_CHECK(strategy_->pipeline() == nullptr || !options_.cuda_graph, ValueError, who,
+               ": a CUDA-graph step is not supported under a pipeline (each step exchanges "
+               "activations between ranks through the host)");
   GRADUS_CHECK(!options_.cuda_graph || !scaler_.is_enabled(), ValueError, who,
                ": a CUDA-graph step cannot use f16 loss scaling (the scaler decides on the host "
                "whether to skip each step; bf16 needs no scaler)");
@@ -102,12 +119,25 @@ Tensor Trainer::train_step(const Tensor& input, const Tensor& target) {
   // A graph's gradients must stay where the capture found them: zeroed in place.
   opt.zero_grad(/*set_to_none=*/!options_.cuda_graph);
   strategy_->before_forward();
+  const data::Example batch{input, target};
   Tensor loss;
-  {
+  if (dist::Pipeline* pipeline = strategy_->pipeline()) {
+    // Forward and backward, micro-batch by micro-batch over the stages; every stage gets the
+    // batch's loss.
     amp::Autocast autocast(options_.amp.value_or(DType::bf16), options_.amp.has_value());
-    loss = task_->loss(strategy_->module(), data::Example{input, target});
+    const double value =
+        pipeline->train_step(task_->model_input(batch), target,
+                             [this](const Tensor& output, const Tensor& rows_target) {
+                               return task_->output_loss(output, rows_target);
+                             });
+    loss = tensor({value}, {}, {.dtype = DType::f64});
+  } else {
+    {
+      amp::Autocast autocast(options_.amp.value_or(DType::bf16), options_.amp.has_value());
+      loss = task_->loss(strategy_->module(), batch);
+    }
+    scaler_.scale(loss).backward();  // the loss itself unless f16 loss scaling is on
   }
-  scaler_.scale(loss).backward();  // the loss itself unless f16 loss scaling is on
   strategy_->step(scaler_, options_.max_grad_norm);
   scaler_.update();
   return loss;
@@ -117,8 +147,9 @@ std::map<std::string, double> Trainer::evaluate() {
   NoGradGuard no_grad;
   amp::Autocast autocast(options_.amp.value_or(DType::bf16), options_.amp.has_value());
   const bool was_training = model().is_training();
-  model().eval();
-  std::map<std::string, double> metrics = task_->evaluate(model());
+  nn::Module& whole = strategy_->inference_module();
+  whole.eval();
+  std::map<std::string, double> metrics = task_->evaluate(whole);
   model().train(was_training);
   return metrics;
 }
@@ -154,6 +185,7 @@ FitResult Trainer::fit(data::DataLoader& loader) {
   if (ckpt.who == "train") ckpt.who = options_.who;
   ckpt.report = ckpt.report && writer;  // one rank reports for the world
   ckpt.tensor_parallel = strategy_->tensor_parallel();
+  ckpt.pipeline = strategy_->pipeline();
   const StartPoint start = find_start(ckpt, options_.config, model(), scaler_, optimizer(),
                                       scheduler_.get(), options_.check_config);
   // A replayed step reads its learning rate and step count from the device.

@@ -25,10 +25,11 @@ namespace gradus::dist {
 struct ParameterServerOptions {
   int server = 0;
   std::shared_ptr<ProcessGroup> group = nullptr;  // nullptr: default_group()
-  // The model's split when tensor parallelism splits it (each tensor rank's data ranks have their
-  // own server): clipping then takes the whole model's norm over the servers of the tensor
-  // group. Must outlive the server.
-  const TensorParallelModule* tensor_parallel = nullptr;
+  // The model's split when tensor or pipeline parallelism splits it (each tensor rank and stage
+  // has its own server over its data ranks): clipping then takes the whole model's norm over
+  // the servers, which are data replica 0's tensor and pipeline groups. What it points to must
+  // outlive the server.
+  ModelParallel model_parallel = {};
 };
 
 class ParameterServer {

@@ -103,6 +103,7 @@ class Pipeline {
   // This stage's layers under their names in the whole model ("3", "4"), so state_dict() names
   // are the whole model's.
   nn::Sequential& stage() { return *stage_module_; }
+  const std::shared_ptr<nn::Sequential>& stage_module() const { return stage_module_; }
   std::vector<Tensor> parameters() const { return stage_module_->parameters(); }
   const PipelineStats& last_stats() const { return stats_; }
   const PipelineOptions& options() const { return options_; }
@@ -128,6 +129,22 @@ class Pipeline {
   // This step's sends not yet seen complete, with their tensors; all complete before it returns.
   std::vector<std::pair<WorkPtr, Tensor>> sends_;
   PhiloxState step_rng_;  // the random stream's position when the step started
+};
+
+// The whole pipeline as a module for inference: forward(x) runs Pipeline::forward (x is read on
+// the first stage) and hands the last stage's output to every stage of the pipeline group (a
+// broadcast), so code written for one model, an evaluator, runs unchanged on every rank.
+// Its child is this stage's layers ("stage"). The pipeline must outlive it.
+class PipelineModule : public nn::Module {
+ public:
+  explicit PipelineModule(Pipeline& pipeline) : pipeline_(pipeline) {
+    register_module("stage", pipeline.stage_module());
+  }
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "PipelineModule"; }
+
+ private:
+  Pipeline& pipeline_;
 };
 
 // Averages each gradient of `params` over `group` (data parallelism around a pipeline or tensor-

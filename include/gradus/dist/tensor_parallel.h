@@ -141,12 +141,43 @@ class TensorParallelModule {
   virtual void load_full_state_dict(const nn::StateDict& full) = 0;
 };
 
-// optim::clip_grad_norm for a model that tensor parallelism may split: with split (a group of
-// more than one rank), the 2-norm of the whole model's gradient (the shards' squares summed over
-// split's tensor group, the replicated parameters' counted once, a collective over it that reads
-// the norm on the host) and every gradient of params scaled by min(1, max_norm / (norm + 1e-6)),
-// as one process clips; without, optim::clip_grad_norm itself (nothing read back).
-void clip_grad_norm_tensor_parallel(const std::vector<Tensor>& params, double max_norm,
-                                    const TensorParallelModule* split);
+// A TensorParallelModule for any model whose split layers are ColumnParallelLinear and
+// RowParallelLinear (e.g. an nn::Sequential with a Megatron MLP inside): the column layers'
+// weights and biases are split by rows, the row layers' weights by columns (their bias is
+// replicated). Parameters are found by identity, so `model` may be the whole model or a pipeline
+// stage of it; the model must outlive this view.
+class TensorParallelLayers final : public TensorParallelModule {
+ public:
+  TensorParallelLayers(std::shared_ptr<nn::Module> model, std::shared_ptr<ProcessGroup> group);
+  ProcessGroup& tensor_group() const override { return *group_; }
+  bool is_shard(const Tensor& p) const override;
+  Tensor gather_shards(const Tensor& p, const Tensor& local) const override;
+  Tensor take_shard(const Tensor& p, const Tensor& full) const override;
+  nn::StateDict full_state_dict() const override;
+  void load_full_state_dict(const nn::StateDict& full) override;
+
+ private:
+  // The dimension a parameter is split along (0: rows, 1: columns), -1 for a replicated one.
+  int split_dim(const Tensor& p) const;
+  std::shared_ptr<nn::Module> model_;
+  std::shared_ptr<ProcessGroup> group_;
+};
+
+// How one data replica's model is spread over ranks, as its gradient norm sees it: tensor
+// parallelism splits some weights over a tensor group, pipeline stages hold disjoint layers.
+struct ModelParallel {
+  const TensorParallelModule* tensor = nullptr;  // the split weights (nullptr: none)
+  ProcessGroup* stages = nullptr;                // the pipeline group (nullptr: one stage)
+  // Whether any rank but this one holds part of the replica's model.
+  bool split() const;
+};
+
+// optim::clip_grad_norm for a model that tensor or pipeline parallelism may split: the 2-norm of
+// the whole replica's gradient (the shards' squares summed over the tensor group, the replicated
+// parameters' counted once, then the stages' sums added over the pipeline group: collectives that
+// read the norm on the host) and every gradient of params scaled by min(1, max_norm / (norm +
+// 1e-6)), as one process clips; without a split, optim::clip_grad_norm itself (nothing read back).
+void clip_grad_norm_model_parallel(const std::vector<Tensor>& params, double max_norm,
+                                   const ModelParallel& split);
 
 }  // namespace gradus::dist

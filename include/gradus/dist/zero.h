@@ -42,10 +42,11 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   // Clips the averaged gradient to a global 2-norm (0: off) in each step, between the
   // reduce-scatter and the update, as optim::clip_grad_norm on one process would.
   void set_max_grad_norm(double max_norm) { max_grad_norm_ = max_norm; }
-  // With tensor parallelism inside each data replica: the clipping norm is the whole model's
-  // (the shards' squares summed over split's tensor group too, the replicated parameters'
-  // counted once). split must outlive the optimizer.
-  void set_tensor_parallel(const TensorParallelModule* split);
+  // With tensor or pipeline parallelism inside each data replica: the clipping norm is the whole
+  // model's (the shards' squares summed over the tensor group too, the replicated parameters'
+  // counted once, the stages' sums added over the pipeline group). What split points to must
+  // outlive the optimizer.
+  void set_model_parallel(const ModelParallel& split);
   void zero_grad(bool set_to_none = true) override;  // always zeroes the flat gradients in place
   const char* type_name() const override;
   double group_lr(size_t group) const override;
@@ -79,7 +80,7 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   void attach_gradients();
   void clip_shards();
   double max_grad_norm_ = 0;
-  const TensorParallelModule* tensor_parallel_ = nullptr;
+  ModelParallel model_parallel_;
   std::shared_ptr<ProcessGroup> group_;
   std::vector<std::unique_ptr<Buffer>> buffers_;
   std::unique_ptr<optim::Optimizer> local_;

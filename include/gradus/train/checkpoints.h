@@ -12,6 +12,7 @@
 #include "gradus/amp/grad_scaler.h"
 #include "gradus/data/dataloader.h"
 #include "gradus/dist/dist.h"
+#include "gradus/dist/pipeline.h"
 #include "gradus/dist/tensor_parallel.h"
 #include "gradus/io/checkpoint.h"
 #include "gradus/nn/module.h"
@@ -67,7 +68,19 @@ struct CheckpointOptions {
   // model and optimizer state (gathered from the shards when saving, a collective; this rank's
   // shards taken when resuming), so they resume under any layout.
   dist::TensorParallelModule* tensor_parallel = nullptr;
+  // The pipeline when the model is cut into stages (the model and optimizer given are this
+  // stage's): checkpoints then hold the whole model and its optimizer state, every stage's part
+  // gathered on stage 0 when saving (a collective over the pipeline group) and taken back when
+  // resuming, so they resume under any layout.
+  dist::Pipeline* pipeline = nullptr;
 };
+
+// The one-process model's state (its names, full shapes) from what this rank holds of it: `held`
+// itself, its shards gathered over split's tensor group, and under a pipeline every stage's part
+// gathered on stage 0 (collectives: every rank of a replica calls it). Complete on stage 0 (and
+// everywhere without a pipeline); the other stages get an empty one.
+nn::StateDict full_model_state(nn::Module& held, dist::TensorParallelModule* split,
+                               dist::Pipeline* pipeline);
 
 // Writes the checkpoints of one run; skips a save that would repeat the last one exactly.
 // `writer` is false on every rank but the one that writes for the world (all ranks call save():

@@ -31,6 +31,7 @@
 
 #include "gradus/amp/grad_scaler.h"
 #include "gradus/dist/ddp.h"
+#include "gradus/dist/pipeline.h"
 #include "gradus/dist/process_group.h"
 #include "gradus/dist/tensor_parallel.h"
 #include "gradus/nn/module.h"
@@ -59,12 +60,19 @@ struct StrategyOptions {
   std::shared_ptr<dist::ProcessGroup> group = nullptr;
   dist::DDPOptions ddp = {};  // bucket sizes and overlap ("ddp"; its group is the one above)
   // The model when tensor parallelism splits it inside each data replica (e.g.
-  // dist::TensorParallelGPT; the same object as the model given to setup). Gradient clipping
-  // then sums the shards' squared norms over its tensor group and counts the replicated
-  // parameters once, as one process clips; the Trainer's checkpoints hold the one-process model
-  // and optimizer state; stops are agreed over the whole world. ("local" and "ddp" only: the
-  // others refuse it.)
+  // dist::TensorParallelGPT, the same object as the model given to setup, or a
+  // dist::TensorParallelLayers view of it). Gradient clipping then sums the shards' squared norms
+  // over its tensor group and counts the replicated parameters once, as one process clips; the
+  // Trainer's checkpoints hold the one-process model and optimizer state; stops are agreed over
+  // the whole world.
   std::shared_ptr<dist::TensorParallelModule> tensor_parallel = nullptr;
+  // The pipeline when pipeline parallelism cuts each data replica into stages (a dist::Pipeline
+  // built over the model given to setup): the strategy holds this stage's layers, the Trainer
+  // runs each batch through Pipeline::train_step, clipping adds the stages' norms, checkpoints
+  // hold the whole model (gathered over the stages), stops are agreed over the whole world.
+  // "ddp" then averages a stage's gradients in one bucket after the pipeline's backward (DDP's
+  // hooks would fire once per micro-batch).
+  std::shared_ptr<dist::Pipeline> pipeline = nullptr;
 };
 
 class Strategy {
@@ -77,14 +85,18 @@ class Strategy {
   // The registry name ("local", "ddp", "ps", "zero1").
   virtual const char* name() const = 0;
   virtual StrategyCaps caps() const = 0;
-  // Takes the model (built the same way on every rank; its trainable parameters are what the
-  // optimizer gets) and makes the optimizer. Collective over the data ranks: afterwards they
+  // Takes the model (built the same way on every rank; its trainable parameters, this stage's
+  // under a pipeline, are what the optimizer gets) and makes the optimizer. Collective over the data ranks: afterwards they
   // all hold data rank 0's parameters and buffers (the server's, for "ps").
   virtual void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make_optimizer) = 0;
   // What the forward pass runs: the model, or its wrapper (DDP).
   virtual nn::Module& module() = 0;
-  // The model itself (its state_dict() names are the one-process names).
+  // The model itself, or under a pipeline this stage's layers (state_dict() names are the
+  // one-process names).
   nn::Module& model() const;
+  // What evaluation runs: the model, or under a pipeline the whole pipeline as one module
+  // (dist::PipelineModule: every stage gets the last stage's output).
+  nn::Module& inference_module();
   optim::Optimizer& optimizer() const;
   // Before each training forward: buffers follow data rank 0 where the strategy needs it.
   virtual void before_forward() {}
@@ -96,15 +108,29 @@ class Strategy {
   dist::ProcessGroup& group() const { return *group_; }
   // The model's tensor-parallel view (nullptr unless StrategyOptions::tensor_parallel).
   dist::TensorParallelModule* tensor_parallel() const { return options_.tensor_parallel.get(); }
-  // Every rank that trains this model: the data ranks, and with tensor parallelism the world
-  // (each replica's tensor ranks too). Stops, resumes and settings are agreed over it.
+  // The pipeline (nullptr unless StrategyOptions::pipeline).
+  dist::Pipeline* pipeline() const { return options_.pipeline.get(); }
+  // How each replica is spread over ranks (what gradient clipping needs).
+  dist::ModelParallel model_parallel() const;
+  // Every rank that trains this model: the data ranks, and with tensor or pipeline parallelism
+  // the world (each replica's other ranks too). Stops, resumes and settings are agreed over it.
   dist::ProcessGroup& run_group() const;
 
  protected:
+  // What this rank holds of `model`: the model, or under a pipeline its stage's layers (kept
+  // alive by the whole model they belong to).
+  std::shared_ptr<nn::Module> held_part(std::shared_ptr<nn::Module> model) const;
+  // make(params), or for a pipeline stage without trainable parameters (a stage of activations)
+  // an optimizer of the same kind over one placeholder that never gets a gradient, so the
+  // learning rate, the schedule and checkpoints work on every stage alike.
+  std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerFactory& make,
+                                                   std::vector<Tensor> params) const;
+
   std::shared_ptr<dist::ProcessGroup> group_;
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   StrategyOptions options_;
+  std::unique_ptr<dist::PipelineModule> pipeline_module_;
 };
 
 struct StrategyInfo {

@@ -28,28 +28,37 @@
 
 namespace gradus::train {
 
-// What a batch means and how a model is judged.
+// What a batch means and how a model is judged. A task defines output_loss (and model_input when
+// the model takes something other than batch.input), or overrides loss() as a whole; only the
+// former can train under a pipeline, which runs the model's forward itself, micro-batch by
+// micro-batch.
 class Task {
  public:
   virtual ~Task() = default;
   // The training loss of one batch (0-d, on the device), its forward pass included. Runs under
-  // autocast when the Trainer has AMP on.
-  virtual Tensor loss(nn::Module& model, const data::Example& batch) = 0;
+  // autocast when the Trainer has AMP on. Default: output_loss(model(model_input(batch)), ...).
+  virtual Tensor loss(nn::Module& model, const data::Example& batch);
+  // What the model is given for a batch (default: batch.input).
+  virtual Tensor model_input(const data::Example& batch) { return batch.input; }
+  // The mean loss of the model's output for some of a batch's rows against their target rows.
+  // Default: a ValueError saying the task defines none (it overrides loss() instead).
+  virtual Tensor output_loss(const Tensor& output, const Tensor& target);
   // Examples in a batch (what the loss averages over; samples/s counts them).
   virtual int64_t examples(const data::Example& batch) const { return batch.input.size(0); }
   // Held-out metrics after each epoch, e.g. {"loss": ..., "accuracy": ...}; none by default. The
-  // model is in eval mode and gradients are off while it runs.
+  // model is in eval mode and gradients are off while it runs; under a pipeline it is the whole
+  // pipeline (every stage calls it and gets the last stage's output).
   virtual std::map<std::string, double> evaluate(nn::Module& model) { return {}; }
 };
 
-// Classification: cross-entropy of model(input) [N, classes] against integer targets [N].
-// evaluate() runs the held-out set (if one is given) in batches: mean loss and accuracy. Every
-// rank evaluates the whole set (the same numbers on each).
+// Classification: cross-entropy of model(model_input(batch)) [N, classes] against integer
+// targets [N]. evaluate() runs the held-out set (if one is given) in batches: mean loss and
+// accuracy. Every rank evaluates the whole set (the same numbers on each).
 class ClassificationTask : public Task {
  public:
   explicit ClassificationTask(std::shared_ptr<data::Dataset> held_out = nullptr,
                               int64_t eval_batch_size = 500);
-  Tensor loss(nn::Module& model, const data::Example& batch) override;
+  Tensor output_loss(const Tensor& output, const Tensor& target) override;
   std::map<std::string, double> evaluate(nn::Module& model) override;
 
  private:
