@@ -112,16 +112,59 @@ class ImageTask : public train::ClassificationTask {
 
 int run_train_images(const TrainOptions& options) {
   const auto run_start = Clock::now();
-  refuse_options_not_in(
-      options, "image classification",
-      {"model", "data", "data-dir", "augment", "augment-padding", "profile", "profile-steps",
-       "dropout", "init-from", "freeze", "amp", "grad-checkpoint", "memory-limit", "epochs",
-       "batch-size", "lr", "optimizer", "momentum", "weight-decay", "scheduler", "warmup-steps",
-       "step-epochs", "step-gamma", "seed", "device", "threads", "workers", "metrics", "log-every",
-       "read-loss-every", "limit-train", "limit-test", "no-progress", "checkpoint-dir",
-       "checkpoint-every", "keep-checkpoints", "resume", "resume-or-start", "save",
-       "stop-after-steps", "detect-anomaly", "deterministic", "cuda-graph", "dist", "dist-timeout",
-       "lr-scaling", "lr-reference-batch", "grad-clip", "tp", "pp", "micro-batches", "schedule"});
+  refuse_options_not_in(options, "image classification",
+                        {"model",
+                         "data",
+                         "data-dir",
+                         "augment",
+                         "augment-padding",
+                         "profile",
+                         "profile-steps",
+                         "dropout",
+                         "init-from",
+                         "freeze",
+                         "amp",
+                         "grad-checkpoint",
+                         "memory-limit",
+                         "epochs",
+                         "batch-size",
+                         "lr",
+                         "optimizer",
+                         "momentum",
+                         "weight-decay",
+                         "scheduler",
+                         "warmup-steps",
+                         "step-epochs",
+                         "step-gamma",
+                         "seed",
+                         "device",
+                         "threads",
+                         "workers",
+                         "metrics",
+                         "log-every",
+                         "read-loss-every",
+                         "limit-train",
+                         "limit-test",
+                         "no-progress",
+                         "checkpoint-dir",
+                         "checkpoint-every",
+                         "keep-checkpoints",
+                         "resume",
+                         "resume-or-start",
+                         "save",
+                         "stop-after-steps",
+                         "detect-anomaly",
+                         "deterministic",
+                         "cuda-graph",
+                         "dist",
+                         "dist-timeout",
+                         "lr-scaling",
+                         "lr-reference-batch",
+                         "grad-clip",
+                         "tp",
+                         "pp",
+                         "micro-batches",
+                         "schedule"});
   TrainOptions o = options;
   if (o.resume_or_start) o.resume = true;
   apply_threads(o.threads);
@@ -129,6 +172,9 @@ int run_train_images(const TrainOptions& options) {
   // replica on its share of each batch, the model split over its --tp x --pp ranks).
   const bool model_parallel = o.tp > 1 || o.pp > 1;
   const bool distributed = !o.dist.empty() || model_parallel;
+  GRADUS_CHECK(!o.cuda_graph || !model_parallel, ValueError,
+               "train: --cuda-graph is not supported with --tp/--pp (each step exchanges "
+               "activations between ranks through the host)");
   const dist::World world =
       distributed ? dist::init({.timeout_seconds = o.dist_timeout}) : dist::World{};
   const bool lead = world.rank == 0;  // logs, metrics, checkpoints and --save
@@ -139,8 +185,9 @@ int run_train_images(const TrainOptions& options) {
       dist::make_parallel_groups({.tensor = o.tp, .pipeline = o.pp});
   const int data_ranks = groups.layout.data;
   GRADUS_CHECK(o.batch_size_auto || o.batch_size % data_ranks == 0, ValueError,
-               "train: --batch-size ", o.batch_size, " (the global batch) does not divide over the ",
-               data_ranks, " data-parallel replica(s); use a multiple of ", data_ranks);
+               "train: --batch-size ", o.batch_size,
+               " (the global batch) does not divide over the ", data_ranks,
+               " data-parallel replica(s); use a multiple of ", data_ranks);
   GRADUS_CHECK(!o.batch_size_auto || !model_parallel, ValueError,
                "train: --batch-size auto is not supported with --tp/--pp (the finder sizes one "
                "process's step)");
@@ -180,9 +227,8 @@ int run_train_images(const TrainOptions& options) {
   GRADUS_CHECK(!o.cuda_graph || device.is_cuda(), ValueError,
                "train: --cuda-graph needs a CUDA device, and the run is on ", device.str(),
                " (--device ", o.device, ")");
-  GRADUS_CHECK(!o.cuda_graph || (caps.graph_capture && !model_parallel), ValueError,
-               "train: --cuda-graph is not supported with ",
-               model_parallel ? "--tp/--pp" : ("--dist " + o.dist),
+  GRADUS_CHECK(!o.cuda_graph || caps.graph_capture, ValueError,
+               "train: --cuda-graph is not supported with --dist ", o.dist,
                " (each step exchanges values through the host)");
   GRADUS_CHECK(!o.cuda_graph || o.amp != "f16", ValueError,
                "train: --cuda-graph is not supported with --amp f16 (the loss scaler decides on "
@@ -190,8 +236,8 @@ int run_train_images(const TrainOptions& options) {
 
   // --amp f16 scales the loss; the scaler's skip decision needs the same gradients on every rank,
   // which averaging them before the step gives.
-  GRADUS_CHECK(o.amp != "f16" || caps.loss_scaling, ValueError,
-               "train: --amp f16 with --dist ", o.dist,
+  GRADUS_CHECK(o.amp != "f16" || caps.loss_scaling, ValueError, "train: --amp f16 with --dist ",
+               o.dist,
                " is not supported (loss scaling needs all-reduced gradients: use --dist ddp, or "
                "--amp bf16, which needs no loss scaling)");
   const std::optional<DType> amp_dtype = amp_option(o.amp);
@@ -310,21 +356,20 @@ int run_train_images(const TrainOptions& options) {
                          .strategy = trainer.strategy().name()};
   if (lead) std::fprintf(stderr, "gradus train: %s\n", layout_text(layout).c_str());
   if (lead) {
-    std::fprintf(stderr,
-                 "gradus train: model %s (%lld parameters), %s %lld train / %lld test examples, "
-                 "device %s, %d threads, %s lr %g, batch %lld, %d epochs%s%s%s%s\n",
-                 o.model.c_str(), static_cast<long long>(model->num_parameters()), o.data.c_str(),
-                 static_cast<long long>(train_set->size()),
-                 static_cast<long long>(test_set->size()), device.str().c_str(), get_num_threads(),
-                 o.optimizer.c_str(), lr, static_cast<long long>(o.batch_size), o.epochs,
-                 o.deterministic ? ", deterministic" : "",
-                 amp_dtype ? (", --amp " + o.amp).c_str() : "",
-                 o.detect_anomaly ? ", anomaly detection on" : "",
-                 distributed ? (", over " + std::to_string(world.size) + " rank(s) (" +
-                                world.launcher + "), " +
-                                std::to_string(o.batch_size / data_ranks) + " examples per replica")
-                                   .c_str()
-                             : "");
+    std::fprintf(
+        stderr,
+        "gradus train: model %s (%lld parameters), %s %lld train / %lld test examples, "
+        "device %s, %d threads, %s lr %g, batch %lld, %d epochs%s%s%s%s\n",
+        o.model.c_str(), static_cast<long long>(model->num_parameters()), o.data.c_str(),
+        static_cast<long long>(train_set->size()), static_cast<long long>(test_set->size()),
+        device.str().c_str(), get_num_threads(), o.optimizer.c_str(), lr,
+        static_cast<long long>(o.batch_size), o.epochs, o.deterministic ? ", deterministic" : "",
+        amp_dtype ? (", --amp " + o.amp).c_str() : "",
+        o.detect_anomaly ? ", anomaly detection on" : "",
+        distributed ? (", over " + std::to_string(world.size) + " rank(s) (" + world.launcher +
+                       "), " + std::to_string(o.batch_size / data_ranks) + " examples per replica")
+                          .c_str()
+                    : "");
   }
   if (!lead) std::freopen("/dev/null", "w", stdout);  // one voice: rank 0 reports
 
@@ -408,7 +453,8 @@ int run_train_images(const TrainOptions& options) {
                                    {"layout", layout_json(layout)}};
     if (amp_dtype) line["amp"] = o.amp;
     if (pipeline != nullptr) {
-      line["pipeline_idle_fraction"] = idle_sum / static_cast<double>(std::max<int64_t>(idle_steps, 1));
+      line["pipeline_idle_fraction"] =
+          idle_sum / static_cast<double>(std::max<int64_t>(idle_steps, 1));
       idle_sum = 0;
       idle_steps = 0;
     }
@@ -435,12 +481,13 @@ int run_train_images(const TrainOptions& options) {
   if (!o.save.empty()) {
     // The one-process model under its names: the layout's shards and stages gathered (a
     // collective), loaded into the model one process builds.
-    const nn::StateDict full = train::full_model_state(
-        trainer.model(), layout_options.tensor_parallel.get(), pipeline);
+    const nn::StateDict full =
+        train::full_model_state(trainer.model(), layout_options.tensor_parallel.get(), pipeline);
     if (lead) {
       TrainOptions one_process = o;
       one_process.tp = 1;
-      std::shared_ptr<nn::Module> whole = model_parallel ? build_image_model(one_process, {}) : model;
+      std::shared_ptr<nn::Module> whole =
+          model_parallel ? build_image_model(one_process, {}) : model;
       if (model_parallel) whole->load_state_dict(full);
       check_finite_parameters(*whole, "--save " + o.save);
       io::save_module(*whole, o.save, {{"format", "pt"}, {"gradus.model", o.model}});

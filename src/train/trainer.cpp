@@ -123,13 +123,14 @@ Tensor Trainer::train_step(const Tensor& input, const Tensor& target) {
   Tensor loss;
   if (dist::Pipeline* pipeline = strategy_->pipeline()) {
     // Forward and backward, micro-batch by micro-batch over the stages; every stage gets the
-    // batch's loss.
-    amp::Autocast autocast(options_.amp.value_or(DType::bf16), options_.amp.has_value());
-    const double value =
-        pipeline->train_step(task_->model_input(batch), target,
-                             [this](const Tensor& output, const Tensor& rows_target) {
-                               return task_->output_loss(output, rows_target);
-                             });
+    // batch's loss. (Without the weight-cast cache: each micro-batch's backward runs through its
+    // own casts, a shared one would be run through once per micro-batch.)
+    amp::Autocast autocast(options_.amp.value_or(DType::bf16), options_.amp.has_value(),
+                           /*cache_weights=*/false);
+    const double value = pipeline->train_step(
+        task_->model_input(batch), target, [this](const Tensor& output, const Tensor& rows_target) {
+          return task_->output_loss(output, rows_target);
+        });
     loss = tensor({value}, {}, {.dtype = DType::f64});
   } else {
     {
