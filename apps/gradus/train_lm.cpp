@@ -93,11 +93,6 @@ double lr_at(int64_t step, const TrainOptions& o) {
   return o.min_lr + 0.5 * (1.0 + std::cos(M_PI * progress)) * (o.lr - o.min_lr);
 }
 
-Tensor lm_loss(nn::Module& model, const Tensor& x, const Tensor& y) {
-  const Tensor logits = model(x);
-  return cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
-}
-
 // nanoGPT's schedule as the Trainer's scheduler (lr_at per step; its state is the step count).
 class GptSchedule : public optim::LRScheduler {
  public:
@@ -156,16 +151,18 @@ class LanguageModelTask : public train::Task {
         device_(device),
         group_(std::move(group)),
         tensor_parallel_(std::move(tensor_parallel)) {}
-  Tensor loss(nn::Module& model, const data::Example& batch) override {
-    return next_token_loss(model, batch.input, batch.target);
+  // (Under a pipeline, the last stage's output for its rows.)
+  Tensor output_loss(const Tensor& logits, const Tensor& y) override {
+    if (tensor_parallel_) return tensor_parallel_->loss(logits, y);
+    return cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
   }
   std::map<std::string, double> evaluate(nn::Module& model) override {
     val_.set_position(0);
     Tensor total;  // summed where the losses are: one read at the end, not one per batch
     for (int64_t i = 0; i < eval_iters_; ++i) {
       const auto [x, y] = val_.next(device_);
-      const Tensor l = next_token_loss(model, x.slice(0, first_row_, first_row_ + rows_),
-                                       y.slice(0, first_row_, first_row_ + rows_))
+      const Tensor l = output_loss(model(x.slice(0, first_row_, first_row_ + rows_)),
+                                   y.slice(0, first_row_, first_row_ + rows_))
                            .to(DType::f64);
       total = total.defined() ? add(total, l) : l;
     }
@@ -176,11 +173,6 @@ class LanguageModelTask : public train::Task {
   }
 
  private:
-  // (model may be the strategy's wrapper of the tensor-parallel model: the loss is its own.)
-  Tensor next_token_loss(nn::Module& model, const Tensor& x, const Tensor& y) const {
-    return tensor_parallel_ ? tensor_parallel_->loss(model(x), y) : lm_loss(model, x, y);
-  }
-
   data::ContextSampler val_;
   int64_t eval_iters_, rows_, first_row_;
   Device device_;
@@ -200,7 +192,8 @@ int run_train_lm(const TrainOptions& o) {
        "no-progress", "dropout", "amp", "profile", "profile-steps", "cuda-graph", "read-loss-every",
        "save", "dist", "dist-timeout", "checkpoint-dir", "checkpoint-every", "keep-checkpoints",
        "resume", "resume-or-start", "stop-after-steps", "freeze", "init-from", "memory-limit",
-       "deterministic", "detect-anomaly", "optimizer", "scheduler", "tp", "pp"});
+       "deterministic", "detect-anomaly", "optimizer", "scheduler", "tp", "pp", "micro-batches",
+       "schedule"});
   GRADUS_CHECK(!o.given.count("optimizer") || o.optimizer == "adamw", ValueError,
                "train: --model gpt trains with AdamW (nanoGPT's parameter groups); --optimizer ",
                o.optimizer, " is not supported with it");
@@ -208,9 +201,16 @@ int run_train_lm(const TrainOptions& o) {
                "train: --model gpt follows a linear warm-up then a cosine decay to --min-lr; "
                "--scheduler ",
                o.scheduler, " is not supported with it");
-  GRADUS_CHECK(o.pp == 1, ValueError,
-               "train: --pp (pipeline parallelism) is not supported with --model gpt yet; it "
-               "trains with --dist ddp|ps|zero1 and --tp N");
+  GRADUS_CHECK(o.pp == 1 || o.tp == 1, ValueError,
+               "train: --tp with --pp is not supported with --model gpt yet (the tensor-parallel "
+               "GPT is one module, not a sequence of layers); use one of them");
+  GRADUS_CHECK(o.pp == 1 || !o.cuda_graph, ValueError,
+               "train: --cuda-graph is not supported with --pp (each step exchanges activations "
+               "between ranks through the host)");
+  GRADUS_CHECK(o.pp > 1 || !o.given.count("micro-batches"), ValueError,
+               "train: --micro-batches cuts a pipeline's batch; it needs --pp > 1");
+  GRADUS_CHECK(o.pp > 1 || !o.given.count("schedule"), ValueError,
+               "train: --schedule orders a pipeline's micro-batches; it needs --pp > 1");
   if (o.tp > 1) {
     GRADUS_CHECK(!o.cuda_graph, ValueError,
                  "train: --cuda-graph is not supported with --tp (the tensor-parallel layers "
@@ -225,16 +225,17 @@ int run_train_lm(const TrainOptions& o) {
   TrainOptions run = o;
   if (run.resume_or_start) run.resume = true;
   apply_threads(run.threads);
-  // --dist: every data rank runs this function on its rows of each global batch; --tp N: each
-  // replica is N ranks that split the model (and see the same rows).
-  const bool distributed = !run.dist.empty() || run.tp > 1;
+  // --dist: every data rank runs this function on its rows of each global batch; --tp N / --pp M:
+  // each replica is N (M) ranks that split the model (and see the same rows).
+  const bool distributed = !run.dist.empty() || run.tp > 1 || run.pp > 1;
   const dist::World world =
       distributed ? dist::init({.timeout_seconds = run.dist_timeout}) : dist::World{};
   const bool lead = world.rank == 0;  // logs, metrics, checkpoints and --save
-  GRADUS_CHECK(world.size % run.tp == 0, ValueError, "train: --tp ", run.tp,
-               " needs a multiple of ", run.tp,
+  GRADUS_CHECK(world.size % (run.tp * run.pp) == 0, ValueError, "train: --tp ", run.tp, " --pp ",
+               run.pp, " need a multiple of ", run.tp * run.pp,
                " ranks (launch under mpirun/srun); this world has ", world.size);
-  const dist::ParallelGroups groups = dist::make_parallel_groups({.tensor = run.tp});
+  const dist::ParallelGroups groups =
+      dist::make_parallel_groups({.tensor = run.tp, .pipeline = run.pp});
   const int data_ranks = groups.layout.data, data_rank = groups.data_rank;
   Device device = resolve_device(run.device);
   if (distributed && device.is_cuda()) device = Device::cuda(cuda::current_device());
@@ -291,6 +292,9 @@ int run_train_lm(const TrainOptions& o) {
   const auto [train_tokens, val_tokens] = data::split_train_val(tokens);
   const int64_t rows = run.batch_size / data_ranks, first_row = data_rank * rows;
 
+  GRADUS_CHECK(rows >= run.micro_batches, ValueError, "train: each replica's batch of ", rows,
+               " windows cannot be cut into --micro-batches ", run.micro_batches);
+
   const nn::GPTConfig config = gpt_config(run.gpt, vocab_size, run.dropout);
   std::shared_ptr<nn::Module> model;
   std::shared_ptr<dist::TensorParallelGPT> tensor_parallel;  // the model, when --tp splits it
@@ -302,7 +306,6 @@ int run_train_lm(const TrainOptions& o) {
   } else {
     model = std::make_shared<nn::GPT>(config);
   }
-  std::unique_ptr<train::Strategy> strategy = train::make_strategy(strategy_name, strategy_options);
   model->to(device);
   if (!run.init_from.empty() && tensor_parallel) {
     // One process's weights, read into one process's model, then this rank's slices of them
@@ -318,6 +321,25 @@ int run_train_lm(const TrainOptions& o) {
     if (lead) std::fprintf(stderr, "gradus train: --init-from %s: loaded\n", run.init_from.c_str());
   }
   for (const std::string& prefix : run.freeze) model->freeze(prefix, /*keep_norm_eval=*/true);
+  if (run.pp > 1) {
+    // --pp: the GPT as a sequence of layers (its modules and weights), cut into stages; state
+    // names stay the GPT's (layer_paths), and the head's tied embedding is owned by stage 0.
+    const nn::GPTLayers layers = nn::gpt_layers(dynamic_cast<const nn::GPT&>(*model));
+    strategy_options.pipeline = std::make_shared<dist::Pipeline>(
+        layers.layers,
+        dist::PipelineOptions{.micro_batches = run.micro_batches,
+                              .schedule = dist::parse_schedule(run.schedule),
+                              .global_row_offset = first_row,
+                              .global_rows = run.batch_size,
+                              .layer_paths = layers.paths},
+        groups.pipeline);
+    const dist::Pipeline& pipe = *strategy_options.pipeline;
+    std::fprintf(stderr, "gradus train: stage %d of %d holds layers [%lld, %lld) of the GPT\n",
+                 pipe.stage_index(), pipe.num_stages(), static_cast<long long>(pipe.first_layer()),
+                 static_cast<long long>(pipe.end_layer()));
+    model = layers.layers;
+  }
+  std::unique_ptr<train::Strategy> strategy = train::make_strategy(strategy_name, strategy_options);
 
   // AdamW with weight decay on matrices and embeddings, none on biases and LayerNorms (nanoGPT's
   // groups), over the parameters this rank updates.
@@ -336,6 +358,11 @@ int run_train_lm(const TrainOptions& o) {
     }
     std::vector<Tensor> matrices, vectors;
     for (const Tensor& p : params) (p.dim() >= 2 ? matrices : vectors).push_back(p);
+    // A pipeline's stages all hold both groups (checkpoints number each group over the stages):
+    // a stage without matrices or vectors keeps a placeholder there that never gets a gradient.
+    for (std::vector<Tensor>* group : {&matrices, &vectors}) {
+      if (run.pp > 1 && group->empty()) group->push_back(zeros({1}).set_requires_grad(true));
+    }
     std::vector<optim::ParamGroup<optim::AdamWOptions>> groups;
     if (!matrices.empty()) groups.push_back({matrices, decay});
     if (!vectors.empty()) groups.push_back({vectors, no_decay});
@@ -373,6 +400,7 @@ int run_train_lm(const TrainOptions& o) {
   train::Trainer trainer(model, make_adamw, task, options, std::move(strategy));
   const RunLayout layout{.world = world.size,
                          .data = data_ranks,
+                         .pipeline = run.pp,
                          .tensor = run.tp,
                          .strategy = trainer.strategy().name()};
 
@@ -449,14 +477,17 @@ int run_train_lm(const TrainOptions& o) {
   profiler.finish();
   if (std::isnan(val_loss)) {  // resumed after the last step
     NoGradGuard no_grad;
-    model->eval();
-    val_loss = task->evaluate(*model).at("loss");
-    model->train();
+    nn::Module& whole_model = trainer.strategy().inference_module();
+    whole_model.eval();
+    val_loss = task->evaluate(whole_model).at("loss");
+    whole_model.train();
   }
-  // --save: the one-process model (under --tp gathered from the ranks' slices, a collective).
+  // --save: the one-process model (under --tp gathered from the ranks' slices, under --pp from
+  // the stages: a collective).
   std::shared_ptr<nn::GPT> whole = std::dynamic_pointer_cast<nn::GPT>(model);
-  if (!run.save.empty() && tensor_parallel) {
-    const nn::StateDict full = tensor_parallel->full_state_dict();
+  if (!run.save.empty() && (tensor_parallel || run.pp > 1)) {
+    const nn::StateDict full = train::full_model_state(trainer.model(), tensor_parallel.get(),
+                                                       trainer.strategy().pipeline());
     if (lead) {
       whole = std::make_shared<nn::GPT>(config);
       whole->load_state_dict(full);

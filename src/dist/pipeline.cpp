@@ -178,6 +178,70 @@ Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, PipelineOptions option
                              layers[static_cast<size_t>(i)].second);
   }
   stage_module_->train(model->is_training());
+  GRADUS_CHECK(options_.layer_paths.empty() || options_.layer_paths.size() == layers.size(),
+               ValueError, "Pipeline: ", options_.layer_paths.size(),
+               " layer paths for a model of ", layers.size(), " layers");
+  // Tensors in layers of two stages.
+  std::vector<int> stage_of_layer;
+  for (size_t st = 0; st < partition_.size(); ++st) {
+    for (int64_t l = 0; l < partition_[st]; ++l) stage_of_layer.push_back(static_cast<int>(st));
+  }
+  std::map<const TensorImpl*, size_t> seen;  // -> index in tied_ or the first layer's entry
+  std::vector<std::pair<Tensor, int>> first_stage;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    for (const Tensor& p : layers[l].second->parameters()) {
+      const auto [it, fresh] = seen.emplace(p.impl(), first_stage.size());
+      if (fresh) {
+        first_stage.emplace_back(p, stage_of_layer[l]);
+        continue;
+      }
+      const int owner = first_stage[it->second].second;
+      if (owner == stage_of_layer[l]) continue;
+      auto known =
+          std::find_if(tied_.begin(), tied_.end(), [&](const Tied& t) { return t.weight.same(p); });
+      if (known == tied_.end()) {
+        tied_.push_back({p, owner, false});
+        known = tied_.end() - 1;
+      }
+      if (stage_of_layer[l] == stage_) known->copy_here = true;
+    }
+  }
+}
+
+std::string Pipeline::one_process_name(const std::string& stage_name) const {
+  if (options_.layer_paths.empty()) return stage_name;
+  const size_t dot = stage_name.find('.');
+  const std::string layer = stage_name.substr(0, dot);
+  const size_t index = static_cast<size_t>(std::stoull(layer));
+  GRADUS_CHECK(index < options_.layer_paths.size(), ValueError, "Pipeline: '", stage_name,
+               "' is not a name of the pipeline's layers");
+  return options_.layer_paths[index] + (dot == std::string::npos ? "" : stage_name.substr(dot));
+}
+
+bool Pipeline::is_tied_copy(const Tensor& p) const {
+  return std::any_of(tied_.begin(), tied_.end(), [&](const Tied& t) {
+    return t.copy_here && t.owner != stage_ && t.weight.same(p);
+  });
+}
+
+void Pipeline::reduce_tied_gradients() {
+  NoGradGuard no_grad;
+  for (const Tied& t : tied_) {
+    // Every stage takes part; those without a gradient of it add zeros.
+    const Tensor g =
+        t.weight.grad().defined() ? t.weight.grad().contiguous() : zeros_like(t.weight.detach());
+    group_->all_reduce(g, ReduceOp::sum, "tied weight gradient")->wait();
+    // The owner's optimizer steps on the sum; a copy's gradient is spent (no optimizer zeroes it).
+    t.weight.set_grad(stage_ == t.owner ? g : Tensor());
+  }
+}
+
+void Pipeline::broadcast_tied_parameters() {
+  NoGradGuard no_grad;
+  for (const Tied& t : tied_) {
+    group_->broadcast(t.weight.detach(), t.owner, "tied weight")->wait();
+    t.weight.bump_version();
+  }
 }
 
 // ------------------------------------------------------------------------------ messages
@@ -529,7 +593,7 @@ Tensor PipelineModule::forward(const Tensor& x) {
     const int64_t* h = header.data_ptr<int64_t>();
     const Shape shape(h + 2, h + 2 + h[1]);
     const std::vector<Tensor> params = pipeline_.parameters();
-    const Device device = x.defined()        ? x.device()
+    const Device device = x.defined()      ? x.device()
                           : params.empty() ? Device::cpu()
                                            : params[0].device();
     out = empty(shape, {.dtype = static_cast<DType>(h[0]), .device = device});

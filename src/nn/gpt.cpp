@@ -85,6 +85,20 @@ class ModuleDict : public Module {
 };
 }  // namespace
 
+namespace {
+// Token + position embeddings, then dropout: ids [B, T] -> [B, T, C].
+Tensor embed(Embedding& wte, Embedding& wpe, Dropout& drop, int64_t block_size, const Tensor& idx) {
+  GRADUS_CHECK(idx.dim() == 2 && idx.dtype() == DType::i64, ValueError,
+               "GPT: expects token ids [batch, time] of dtype int64, got ", shape_str(idx.sizes()),
+               " ", dtype_name(idx.dtype()));
+  const int64_t t = idx.size(1);
+  GRADUS_CHECK(t <= block_size, ValueError, "GPT: sequence of ", t,
+               " tokens is longer than the context (block_size ", block_size, ")");
+  const Tensor pos = arange(t, {.dtype = DType::i64, .device = idx.device()});
+  return drop.forward(add(wte.forward(idx), wpe.forward(pos)));
+}
+}  // namespace
+
 GPT::GPT(const GPTConfig& c) : config(c) {
   c.validate();
   transformer = register_module("transformer", std::make_shared<ModuleDict>());
@@ -114,14 +128,7 @@ GPT::GPT(const GPTConfig& c) : config(c) {
 }
 
 Tensor GPT::forward(const Tensor& idx) {
-  GRADUS_CHECK(idx.dim() == 2 && idx.dtype() == DType::i64, ValueError,
-               "GPT: expects token ids [batch, time] of dtype int64, got ", shape_str(idx.sizes()),
-               " ", dtype_name(idx.dtype()));
-  const int64_t t = idx.size(1);
-  GRADUS_CHECK(t <= config.block_size, ValueError, "GPT: sequence of ", t,
-               " tokens is longer than the context (block_size ", config.block_size, ")");
-  const Tensor pos = arange(t, {.dtype = DType::i64, .device = idx.device()});
-  Tensor x = drop->forward(add(wte->forward(idx), wpe->forward(pos)));
+  Tensor x = embed(*wte, *wpe, *drop, config.block_size, idx);
   for (const auto& block : *h) x = (*block)(x);
   return lm_head->forward(ln_f->forward(x));
 }
@@ -151,6 +158,31 @@ Tensor GPT::generate(const Tensor& idx, const GenerateOptions& o) {
   }
   train(was_training);
   return seq;
+}
+
+GPTEmbedding::GPTEmbedding(const GPT& gpt) : block_size(gpt.config.block_size) {
+  wte = register_module("wte", gpt.wte);
+  wpe = register_module("wpe", gpt.wpe);
+  drop = register_module("drop", gpt.drop);
+}
+
+Tensor GPTEmbedding::forward(const Tensor& idx) {
+  return embed(*wte, *wpe, *drop, block_size, idx);
+}
+
+GPTLayers gpt_layers(const GPT& gpt) {
+  GPTLayers out{std::make_shared<Sequential>(), {"transformer"}};
+  out.layers->push_back(std::make_shared<GPTEmbedding>(gpt));
+  int64_t i = 0;
+  for (const auto& block : *gpt.h) {
+    out.layers->push_back(block);
+    out.paths.push_back("transformer.h." + std::to_string(i++));
+  }
+  out.layers->push_back(gpt.ln_f);
+  out.paths.push_back("transformer.ln_f");
+  out.layers->push_back(gpt.lm_head);
+  out.paths.push_back("lm_head");
+  return out;
 }
 
 }  // namespace gradus::nn

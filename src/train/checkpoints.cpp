@@ -202,8 +202,9 @@ class StageNumbering {
     dist::ProcessGroup& group = pipeline.group();
     const int stages = group.size(), me = pipeline.stage_index();
     Tensor all = zeros({stages}, {.dtype = DType::i64});
-    group.all_gather(all, tensor({static_cast<double>(groups)}, {1}, {.dtype = DType::i64}),
-                     "optimizer parameter groups per stage")
+    group
+        .all_gather(all, tensor({static_cast<double>(groups)}, {1}, {.dtype = DType::i64}),
+                    "optimizer parameter groups per stage")
         ->wait();
     for (int s = 0; s < stages; ++s) {
       GRADUS_CHECK(all.data_ptr<int64_t>()[s] == static_cast<int64_t>(groups), ValueError,
@@ -214,8 +215,9 @@ class StageNumbering {
     std::vector<double> mine(local_counts_.begin(), local_counts_.end());
     Tensor counts = zeros({stages * static_cast<int64_t>(groups)}, {.dtype = DType::i64});
     if (groups > 0) {
-      group.all_gather(counts, tensor(mine, {static_cast<int64_t>(groups)}, {.dtype = DType::i64}),
-                       "optimizer parameters per stage")
+      group
+          .all_gather(counts, tensor(mine, {static_cast<int64_t>(groups)}, {.dtype = DType::i64}),
+                      "optimizer parameters per stage")
           ->wait();
     }
     const int64_t* c = counts.data_ptr<int64_t>();
@@ -274,8 +276,8 @@ void set_group_sizes(optim::OptimizerState& state, const std::vector<int64_t>& s
 
 // Every stage's optimizer state gathered on stage 0 in the whole model's numbering (a collective
 // over the pipeline group; the other stages' state is returned as it was).
-optim::OptimizerState gather_stage_optimizers(optim::OptimizerState state,
-                                              dist::Pipeline& pipeline, const nn::Module& stage,
+optim::OptimizerState gather_stage_optimizers(optim::OptimizerState state, dist::Pipeline& pipeline,
+                                              const nn::Module& stage,
                                               const optim::Optimizer& optimizer) {
   const StageNumbering numbering(pipeline, stage, optimizer);
   std::map<std::string, Tensor> per_parameter;  // tensors and step counts, renumbered
@@ -312,7 +314,9 @@ void take_stage(io::TrainingState& state, dist::Pipeline& pipeline, const nn::Mo
   const StageNumbering numbering(pipeline, stage, optimizer);
   nn::StateDict mine;  // (a name the checkpoint lacks fails the strict load, named)
   for (const auto& [name, t] : stage.state_dict()) {
-    if (const Tensor* stored = state.model.find(name)) mine.insert(name, *stored);
+    if (const Tensor* stored = state.model.find(pipeline.one_process_name(name))) {
+      mine.insert(name, *stored);
+    }
   }
   state.model = mine;
   auto keep_mine = [&](auto& items) {
@@ -340,7 +344,7 @@ nn::StateDict full_model_state(nn::Module& held, dist::TensorParallelModule* spl
   nn::StateDict state = split != nullptr ? split->full_state_dict() : held.state_dict();
   if (!staged(pipeline)) return state;
   std::map<std::string, Tensor> named;
-  for (const auto& [name, t] : state) named.emplace(name, t);
+  for (const auto& [name, t] : state) named.emplace(pipeline->one_process_name(name), t);
   return dist::gather_named_tensors(pipeline->group(), named, 0);
 }
 

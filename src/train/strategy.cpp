@@ -31,6 +31,14 @@ std::shared_ptr<nn::Module> Strategy::held_part(std::shared_ptr<nn::Module> mode
   return std::shared_ptr<nn::Module>(std::move(model), &pipeline()->stage());
 }
 
+std::vector<Tensor> Strategy::updated_parameters() const {
+  std::vector<Tensor> params = model().trainable_parameters();
+  if (pipeline() != nullptr) {
+    std::erase_if(params, [this](const Tensor& p) { return pipeline()->is_tied_copy(p); });
+  }
+  return params;
+}
+
 std::unique_ptr<optim::Optimizer> Strategy::make_optimizer(const OptimizerFactory& make,
                                                            std::vector<Tensor> params) const {
   if (params.empty() && pipeline() != nullptr) {
@@ -63,8 +71,7 @@ void Strategy::step(amp::GradScaler& scaler, double max_grad_norm) {
                " does not support loss scaling (--amp f16)");
   if (max_grad_norm > 0) {
     scaler.unscale_(optimizer());  // the norm of the true gradients (nothing when disabled)
-    dist::clip_grad_norm_model_parallel(model().trainable_parameters(), max_grad_norm,
-                                        model_parallel());
+    dist::clip_grad_norm_model_parallel(updated_parameters(), max_grad_norm, model_parallel());
   }
   scaler.step(optimizer());  // the plain optimizer step when the scaler is disabled
 }
@@ -81,7 +88,7 @@ class LocalStrategy final : public Strategy {
   }
   void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make) override {
     model_ = held_part(std::move(model));
-    optimizer_ = make_optimizer(make, model_->trainable_parameters());
+    optimizer_ = make_optimizer(make, updated_parameters());
   }
   nn::Module& module() override { return model(); }
 };
@@ -105,14 +112,14 @@ class DdpStrategy final : public Strategy {
       ddp.group = group_;
       wrapper_ = std::make_shared<dist::DistributedDataParallel>(model_, ddp);  // broadcasts
     }
-    optimizer_ = make_optimizer(make, model_->trainable_parameters());
+    optimizer_ = make_optimizer(make, updated_parameters());
   }
   nn::Module& module() override { return wrapper_ ? *wrapper_ : model(); }
   void before_forward() override {
     if (wrapper_ == nullptr && model().is_training()) dist::broadcast_buffers(model(), *group_, 0);
   }
   void step(amp::GradScaler& scaler, double max_grad_norm) override {
-    if (wrapper_ == nullptr) dist::average_gradients(model().trainable_parameters(), *group_);
+    if (wrapper_ == nullptr) dist::average_gradients(updated_parameters(), *group_);
     Strategy::step(scaler, max_grad_norm);
   }
 
@@ -128,7 +135,7 @@ class ParameterServerStrategy final : public Strategy {
   StrategyCaps caps() const override { return {}; }
   void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make) override {
     model_ = held_part(std::move(model));
-    optimizer_ = make_optimizer(make, model_->trainable_parameters());
+    optimizer_ = make_optimizer(make, updated_parameters());
     server_ = std::make_unique<dist::ParameterServer>(
         model_, *optimizer_,
         dist::ParameterServerOptions{
@@ -159,8 +166,7 @@ class Zero1Strategy final : public Strategy {
     dist::broadcast_module_state(*model_, *group_, 0);
     // The trainable parameters only: a frozen one is neither in the shards nor updated (an
     // optimizer over it would still apply weight decay to its zero gradient).
-    auto zero = std::make_unique<dist::ZeroRedundancyOptimizer>(model_->trainable_parameters(),
-                                                                make, group_);
+    auto zero = std::make_unique<dist::ZeroRedundancyOptimizer>(updated_parameters(), make, group_);
     zero_ = zero.get();
     zero_->set_model_parallel(model_parallel());
     optimizer_ = std::move(zero);

@@ -132,6 +132,7 @@ Tensor Trainer::train_step(const Tensor& input, const Tensor& target) {
           return task_->output_loss(output, rows_target);
         });
     loss = tensor({value}, {}, {.dtype = DType::f64});
+    pipeline->reduce_tied_gradients();
   } else {
     {
       amp::Autocast autocast(options_.amp.value_or(DType::bf16), options_.amp.has_value());
@@ -140,6 +141,7 @@ Tensor Trainer::train_step(const Tensor& input, const Tensor& target) {
     scaler_.scale(loss).backward();  // the loss itself unless f16 loss scaling is on
   }
   strategy_->step(scaler_, options_.max_grad_norm);
+  if (dist::Pipeline* pipeline = strategy_->pipeline()) pipeline->broadcast_tied_parameters();
   scaler_.update();
   return loss;
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# SIGKILL under a model-parallel layout: the GPT on 2 tensor-parallel ranks, one rank killed with
-# SIGKILL once checkpoints are being written (mpirun then ends the job), resumed on the same
-# layout from the newest good checkpoint, ends bitwise where the uninterrupted run ends (the
-# checkpoint holds one process's model and optimizer state, gathered from the shards, and the
-# resume takes the shards back: nothing is lost or rounded on the way).
+# SIGKILL under a model-parallel layout: the GPT on 2 tensor-parallel ranks, then as a 2-stage
+# pipeline, one rank killed with SIGKILL once checkpoints are being written (mpirun then ends the
+# job), resumed on the same layout from the newest good checkpoint, ends bitwise where the
+# uninterrupted run ends (the checkpoint holds one process's model and optimizer state, gathered
+# from the shards or the stages, and the resume takes them back: nothing is lost or rounded on
+# the way).
 # usage: gpt_kill_resume.sh GRADUS MPIRUN TEXT_SAMPLE
 set -uo pipefail
 gradus=$1
@@ -16,11 +17,15 @@ fail() {
   exit 1
 }
 common=(train --model gpt --data text --data-file "$sample" --context 16 --layers 2 --heads 2
-  --width 32 --batch-size 8 --iters 1500 --eval-every 500 --eval-iters 2 --threads 1 --seed 4 --tp 2)
+  --width 32 --batch-size 8 --iters 1500 --eval-every 500 --eval-iters 2 --threads 1 --seed 4)
+trials=0
+for layout in "--tp 2" "--pp 2 --micro-batches 2"; do
 launch() {
+  # shellcheck disable=SC2086
   timeout 200 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
-    -np 2 "$gradus" "${common[@]}" "$@"
+    -np 2 "$gradus" "${common[@]}" $layout "$@"
 }
+rm -rf "$work/ck"
 launch --save "$work/whole.safetensors" >"$work/whole.log" 2>&1 ||
   fail "the uninterrupted run: $(tail -3 "$work/whole.log")"
 
@@ -45,4 +50,8 @@ launch --checkpoint-dir "$work/ck" --checkpoint-every 50 --resume --save "$work/
 grep -q "resuming from .*ckpt-" "$work/resumed.log" || fail "no resume: $(head -3 "$work/resumed.log")"
 cmp -s "$work/whole.safetensors" "$work/resumed.safetensors" ||
   fail "killed and resumed, the run ended elsewhere: $("$gradus" inspect "$work/whole.safetensors" --compare "$work/resumed.safetensors" | tail -1)"
-echo "gpt_kill_resume: killed under --tp 2 and resumed from $(grep -o 'step [0-9]*' <<<"$(grep resuming "$work/resumed.log")" | head -1): bitwise the uninterrupted run PASS"
+echo "gpt_kill_resume: killed under $layout and resumed from $(grep -o 'step [0-9]*' <<<"$(grep resuming "$work/resumed.log")" | head -1): bitwise the uninterrupted run"
+trials=$((trials + 1))
+done
+[ "$trials" = 2 ] || fail "$trials of 2 layouts ran"
+echo "gpt_kill_resume: $trials layouts: PASS"

@@ -4,10 +4,11 @@
 # end at the one-process weights (gradus inspect --compare: every tensor within 1e-4 relative,
 # except the attention's qkv biases: the key third of them has a true gradient of exactly zero,
 # so AdamW turns the ranks' different rounding into steps of size lr there, 1e-3), and print the
-# same validation losses; so do 2 tensor-parallel ranks and 2 data x 2 tensor ranks. Checkpoints: a
+# same validation losses; so do 2 tensor-parallel ranks, 2 data x 2 tensor ranks and pipelines of
+# 2-4 stages (with dropout too). Checkpoints: a
 # one-process run stopped and resumed ends bitwise where an uninterrupted one ends; a ddp
-# checkpoint resumes on one process and under zero1; a --tp checkpoint on one process, and one
-# process's under --tp.
+# checkpoint resumes on one process and under zero1; a --tp or --pp checkpoint on one process, and
+# one process's under --tp and as 2 data x 2 pipeline ranks.
 # usage: gpt_strategies.sh GRADUS MPIRUN TEXT_SAMPLE
 set -uo pipefail
 gradus=$1
@@ -119,6 +120,56 @@ for refused in "--dropout 0.1:--dropout 0.1 is not supported with --tp" \
   grep -q -- "${refused#*:}" "$work/run.log" || fail "--tp 2 ${refused%%:*}: $(tail -3 "$work/run.log")"
 done
 echo "gpt_strategies: --tp 2 refuses --dropout and --cuda-graph, naming each"
+
+# Pipelines (the GPT's embeddings, blocks, final LayerNorm and tied head as layers cut into
+# stages; the head's copy of the embedding gets its gradient added to stage 0's and its values
+# back): 2, 3 and 4 stages, GPipe and 1F1B, with ddp, ps and zero1 over 2 replicas; the same
+# losses and weights.
+for layout in "2 --pp 2 --micro-batches 3" "3 --pp 3 --schedule gpipe --micro-batches 2" \
+              "4 --pp 4 --micro-batches 4" "4 --pp 2" "4 --pp 2 --dist ps" "4 --pp 2 --dist zero1"; do
+  np=${layout%% *}
+  # shellcheck disable=SC2086
+  launch $layout --save "$work/pp.safetensors" --metrics "$work/pp.jsonl" >"$work/run.log" 2>&1 ||
+    fail "-np $layout: $(tail -3 "$work/run.log")"
+  [ "$(losses "$work/run.log")" = "$reference" ] ||
+    fail "-np $layout printed $(losses "$work/run.log"), one process $reference"
+  close_to "$work/one.safetensors" "$work/pp.safetensors" "-np $layout"
+  stages=$(sed 's/.*--pp \([0-9]*\).*/\1/' <<<"$layout")
+  grep -q "\"layout\":{\"world\":$np,\"data\":$((np / stages)),\"pipeline\":$stages,\"tensor\":1," \
+    "$work/pp.jsonl" || fail "-np $layout: no layout in the metrics: $(head -1 "$work/pp.jsonl")"
+  runs=$((runs + 1))
+  echo "gpt_strategies: -np $layout: the same losses, weights within bounds ($(tail -1 "$work/compare.txt"))"
+done
+# Dropout inside a pipeline draws what one process draws for the same rows.
+"$gradus" "${common[@]}" --dropout 0.1 --save "$work/drop_one.safetensors" >"$work/run.log" 2>&1 ||
+  fail "one process --dropout 0.1: $(tail -3 "$work/run.log")"
+launch 2 --pp 2 --micro-batches 3 --dropout 0.1 --save "$work/drop_pp.safetensors" >"$work/run.log" 2>&1 ||
+  fail "--pp 2 --dropout 0.1: $(tail -3 "$work/run.log")"
+close_to "$work/drop_one.safetensors" "$work/drop_pp.safetensors" "--pp 2 --dropout 0.1"
+cmp -s "$work/drop_one.safetensors" "$work/one.safetensors" && fail "--dropout 0.1 changed nothing: its check is void"
+echo "gpt_strategies: --pp 2 with --dropout 0.1 ends at one process's weights with it"
+# A pipeline's checkpoint (one process's state, gathered from the stages) resumes on one process;
+# one process's as 2 data x 2 pipeline ranks.
+launch 2 --pp 2 --checkpoint-dir "$work/ckpp" --checkpoint-every 3 --stop-after-steps 3 \
+  >"$work/run.log" 2>&1 || fail "--pp 2 stop: $(tail -3 "$work/run.log")"
+"$gradus" "${common[@]}" --checkpoint-dir "$work/ckpp" --resume --save "$work/pp_then_one.safetensors" \
+  >"$work/run.log" 2>&1 || fail "--pp 2 -> one process: $(tail -3 "$work/run.log")"
+grep -q "resuming from .* (step 3," "$work/run.log" || fail "--pp 2 -> one process did not resume from step 3"
+close_to "$work/one.safetensors" "$work/pp_then_one.safetensors" "--pp 2 -> one process"
+"$gradus" "${common[@]}" --checkpoint-dir "$work/ckone2" --checkpoint-every 3 --stop-after-steps 3 \
+  >"$work/run.log" 2>&1 || fail "one process stop: $(tail -3 "$work/run.log")"
+launch 4 --pp 2 --checkpoint-dir "$work/ckone2" --resume --save "$work/one_then_pp.safetensors" \
+  >"$work/run.log" 2>&1 || fail "one process -> 2 data x 2 pipeline: $(tail -3 "$work/run.log")"
+grep -q "resuming from .* (step 3," "$work/run.log" || fail "one process -> --pp 2 on 4 did not resume from step 3"
+close_to "$work/one.safetensors" "$work/one_then_pp.safetensors" "one process -> 2 data x 2 pipeline"
+echo "gpt_strategies: a --pp 2 checkpoint resumed on one process, and one process's as 2 data x 2 pipeline ranks, end at the one-process weights"
+for refused in "--tp 2 --pp 2:--tp with --pp is not supported with --model gpt yet" \
+               "--pp 2 --cuda-graph:--cuda-graph is not supported with --pp"; do
+  # shellcheck disable=SC2086
+  launch 4 ${refused%%:*} >"$work/run.log" 2>&1 && fail "${refused%%:*} was accepted"
+  grep -q -- "${refused#*:}" "$work/run.log" || fail "${refused%%:*}: $(tail -3 "$work/run.log")"
+done
+echo "gpt_strategies: --tp with --pp and --pp with --cuda-graph are refused, naming each"
 
 # One process, stopped after 2 steps and resumed: bitwise the uninterrupted run.
 "$gradus" "${common[@]}" --checkpoint-dir "$work/ck1" --checkpoint-every 2 --stop-after-steps 2 \

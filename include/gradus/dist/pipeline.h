@@ -60,6 +60,10 @@ struct PipelineOptions {
   // own batch).
   int64_t global_row_offset = 0;
   int64_t global_rows = 0;
+  // Where each layer sits in the model the sequence stands for (nn::gpt_layers' paths): a stage's
+  // state name "i.rest" (layer i's "rest") is that model's "paths[i].rest". Empty: the
+  // sequence's own names.
+  std::vector<std::string> layer_paths = {};
 };
 
 // What the last train_step did on this stage.
@@ -105,6 +109,19 @@ class Pipeline {
   nn::Sequential& stage() { return *stage_module_; }
   const std::shared_ptr<nn::Sequential>& stage_module() const { return stage_module_; }
   std::vector<Tensor> parameters() const { return stage_module_->parameters(); }
+  // The name of this stage's state entry `stage_name` in the model the sequence stands for
+  // (PipelineOptions::layer_paths; the name itself without them).
+  std::string one_process_name(const std::string& stage_name) const;
+
+  // Tied weights across stages (one tensor in layers of two stages: a GPT's token embedding and
+  // its output head). Its first stage owns it: only there is it updated; the other stages' copy
+  // (is_tied_copy) is left out of their optimizers. After the backward,
+  // reduce_tied_gradients() adds the copies' gradients to the owner's (an all-reduce over the
+  // pipeline group per tied tensor); after the update, broadcast_tied_parameters() hands the
+  // owner's values to the copies. Neither communicates when nothing is tied.
+  bool is_tied_copy(const Tensor& p) const;
+  void reduce_tied_gradients();
+  void broadcast_tied_parameters();
   const PipelineStats& last_stats() const { return stats_; }
   const PipelineOptions& options() const { return options_; }
   ProcessGroup& group() const { return *group_; }
@@ -129,6 +146,12 @@ class Pipeline {
   // This step's sends not yet seen complete, with their tensors; all complete before it returns.
   std::vector<std::pair<WorkPtr, Tensor>> sends_;
   PhiloxState step_rng_;  // the random stream's position when the step started
+  struct Tied {
+    Tensor weight;  // this rank's object (every rank built the whole model)
+    int owner = 0;  // the first stage holding it
+    bool copy_here = false;
+  };
+  std::vector<Tied> tied_;  // in the model's order, the same list on every stage
 };
 
 // The whole pipeline as a module for inference: forward(x) runs Pipeline::forward (x is read on

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gradus/core/random.h"
 #include "gradus/nn/container.h"
@@ -99,5 +100,28 @@ class GPT : public Module {
   std::shared_ptr<LayerNorm> ln_f;
   std::shared_ptr<TiedLinear> lm_head;  // weight is wte's weight
 };
+
+// The token and position embeddings (and the dropout after their sum) of a GPT, as one layer:
+// ids [B, T] -> [B, T, C]. Shares the GPT's modules.
+class GPTEmbedding : public Module {
+ public:
+  explicit GPTEmbedding(const GPT& gpt);
+  Tensor forward(const Tensor& idx) override;
+  std::string type_name() const override { return "GPTEmbedding"; }
+  std::shared_ptr<Embedding> wte, wpe;
+  std::shared_ptr<Dropout> drop;
+  int64_t block_size;
+};
+
+// A GPT as a sequence of layers sharing its modules and weights, for a pipeline to cut into
+// stages: the embeddings, each block, the final LayerNorm and the (tied) head; the same function
+// as GPT::forward. paths[i] is where layer i sits in the GPT ("transformer",
+// "transformer.h.0", ..., "transformer.ln_f", "lm_head"), so layer i's "name" is the GPT's
+// paths[i] + ".name" (dist::PipelineOptions::layer_paths).
+struct GPTLayers {
+  std::shared_ptr<Sequential> layers;
+  std::vector<std::string> paths;
+};
+GPTLayers gpt_layers(const GPT& gpt);
 
 }  // namespace gradus::nn

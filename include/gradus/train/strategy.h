@@ -86,8 +86,9 @@ class Strategy {
   virtual const char* name() const = 0;
   virtual StrategyCaps caps() const = 0;
   // Takes the model (built the same way on every rank; its trainable parameters, this stage's
-  // under a pipeline, are what the optimizer gets) and makes the optimizer. Collective over the data ranks: afterwards they
-  // all hold data rank 0's parameters and buffers (the server's, for "ps").
+  // under a pipeline, are what the optimizer gets) and makes the optimizer. Collective over the
+  // data ranks: afterwards they all hold data rank 0's parameters and buffers (the server's, for
+  // "ps").
   virtual void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make_optimizer) = 0;
   // What the forward pass runs: the model, or its wrapper (DDP).
   virtual nn::Module& module() = 0;
@@ -120,6 +121,9 @@ class Strategy {
   // What this rank holds of `model`: the model, or under a pipeline its stage's layers (kept
   // alive by the whole model they belong to).
   std::shared_ptr<nn::Module> held_part(std::shared_ptr<nn::Module> model) const;
+  // The parameters this rank updates: the held part's trainable ones, less a pipeline's copies
+  // of weights another stage owns (dist::Pipeline::is_tied_copy).
+  std::vector<Tensor> updated_parameters() const;
   // make(params), or for a pipeline stage without trainable parameters (a stage of activations)
   // an optimizer of the same kind over one placeholder that never gets a gradient, so the
   // learning rate, the schedule and checkpoints work on every stage alike.
