@@ -138,11 +138,23 @@ launch 2 --tp 2 --init-from "$work/one.safetensors" --epochs 1 --save "$work/ini
   >"$work/run.log" 2>&1 || fail "--tp 2 --init-from: $(tail -3 "$work/run.log")"
 close_to "$work/init_one.safetensors" "$work/init_tp.safetensors" "--tp 2 --init-from"
 ok "--tp 2 --init-from a saved model trains as one process from it"
+# The CNN (batch norm) as a 2-stage pipeline of whole batches is one process exactly; cut into
+# micro-batches its batch norm sees each one's statistics (GPipe's), which the run says.
+cnn=(--model cnn --optimizer sgd --lr 0.05 --epochs 1 --limit-train 256 --limit-test 100)
+one "${cnn[@]}" --save "$work/cnn_one.safetensors" >"$work/run.log" 2>&1 || fail "one process cnn: $(tail -3 "$work/run.log")"
+launch 2 "${cnn[@]}" --pp 2 --save "$work/cnn_pp.safetensors" >"$work/run.log" 2>&1 ||
+  fail "cnn --pp 2: $(tail -3 "$work/run.log")"
+cmp -s "$work/cnn_one.safetensors" "$work/cnn_pp.safetensors" ||
+  fail "cnn --pp 2 ended elsewhere: $("$gradus" inspect "$work/cnn_pp.safetensors" --compare "$work/cnn_one.safetensors" | tail -1)"
+launch 2 "${cnn[@]}" --pp 2 --micro-batches 2 >"$work/run.log" 2>&1 || fail "cnn --pp 2 --micro-batches 2: $(tail -3 "$work/run.log")"
+grep -q "has batch norm, which normalises each of the 2 micro-batches with its own statistics" "$work/run.log" ||
+  fail "cnn --pp 2 --micro-batches 2 did not say that batch norm sees each micro-batch"
+ok "the CNN as a 2-stage pipeline: bitwise one process; with micro-batches, the batch-norm note"
 # What a pipeline cannot do is refused on every rank, naming the option.
 launch 2 --pp 2 --amp f16 >"$work/run.log" 2>&1 && fail "--pp 2 --amp f16 was accepted"
 grep -q -- "--amp f16 is not supported with --pp" "$work/run.log" || fail "--pp 2 --amp f16: $(tail -3 "$work/run.log")"
 one --micro-batches 4 >"$work/run.log" 2>&1 && fail "--micro-batches without --pp was accepted"
 grep -q -- "--micro-batches cuts a pipeline's batch; it needs --pp > 1" "$work/run.log" || fail "--micro-batches alone: $(tail -3 "$work/run.log")"
 ok "--amp f16 under --pp and --micro-batches without --pp are refused by name"
-[ "$cases" -eq 11 ] || fail "$cases of 11 cases ran"
+[ "$cases" -eq 12 ] || fail "$cases of 12 cases ran"
 echo "image_layouts: PASS"
