@@ -11,28 +11,9 @@
 
 #include <cstdio>
 
+#include "counting_windows.h"
+
 using namespace gradus;
-
-// Windows of `context` tokens of the sequence 0, 1, ..., vocab - 1, 0, 1, ... (the next token is
-// always predictable), starting at every offset.
-class CountingWindows : public data::Dataset {
- public:
-  CountingWindows(int64_t size, int64_t context, int64_t vocab)
-      : size_(size), context_(context), vocab_(vocab) {}
-  int64_t size() const override { return size_; }
-  data::Example get(int64_t index) const override {
-    std::vector<double> x, y;
-    for (int64_t t = 0; t < context_; ++t) {
-      x.push_back(static_cast<double>((index + t) % vocab_));
-      y.push_back(static_cast<double>((index + t + 1) % vocab_));
-    }
-    return {tensor(x, {context_}, {.dtype = DType::i64}),
-            tensor(y, {context_}, {.dtype = DType::i64})};
-  }
-
- private:
-  int64_t size_, context_, vocab_;
-};
 
 // [guide:tensor_parallel_task]
 // The loss on this rank's slice of the vocabulary's logits (a collective over the tensor ranks).

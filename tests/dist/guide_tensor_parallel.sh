@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# examples/guide/tensor_parallel.cpp (the guide's tensor-parallel Trainer) trains the same run on
-# one process, on 2 tensor ranks and on 2 data x 2 tensor ranks: the same final loss.
-# usage: guide_tensor_parallel.sh EXAMPLE MPIRUN
+# examples/guide/tensor_parallel.cpp and pipeline.cpp (the guide's model-parallel Trainers) train
+# the same run on one process, on 2 tensor ranks (2 stages) and on 2 data x 2 tensor ranks (2 data
+# x 2 stages): the same final loss.
+# usage: guide_tensor_parallel.sh EXAMPLE MPIRUN [NAME]
 set -uo pipefail
 example=$1
 mpirun=$2
@@ -12,4 +13,4 @@ for np in 2 4; do
     -np "$np" "$example" 2>&1) || { echo "FAIL: -np $np: $got"; exit 1; }
   [ "$got" = "$one" ] || { echo "FAIL: -np $np printed '$got', one process '$one'"; exit 1; }
 done
-echo "guide_tensor_parallel: 1, 2 (tensor) and 4 (data x tensor) ranks: $one PASS"
+echo "${3:-guide_tensor_parallel}: 1, 2 and 4 ranks: $one PASS"
