@@ -1,6 +1,7 @@
-# gradus_library(NAME [MODULE] SOURCES ... PUBLIC_DEPS ... PRIVATE_DEPS ...): one layer as a shared
-# library (static with GRADUS_SHARED=OFF) with the project's warnings, an alias gradus::NAME and
-# the public include directory. MODULE: a plug-in gradus loads at run time with dlopen (the CUDA
+# gradus_library(NAME [MODULE] SOURCES ... PUBLIC_DEPS ... PRIVATE_DEPS ... PRIVATE_HEADERS ...):
+# one layer as a shared library (static with GRADUS_SHARED=OFF) with the project's warnings, an
+# alias gradus::NAME, the public include directory and its private include root (PRIVATE_HEADERS:
+# its own directories under src/ and the lower layers' internal headers it uses). MODULE: a plug-in gradus loads at run time with dlopen (the CUDA
 # backend, the NCCL engine); nothing links it and it is not part of the exported package.
 function(gradus_set_warnings target)
   target_compile_options(${target} PRIVATE
@@ -39,8 +40,25 @@ function(gradus_set_warnings target)
   endif()
 endfunction()
 
+# A target's private include root: a directory in the build tree with links to the source
+# directories it owns and to the internal headers of lower layers it may use (PRIVATE_HEADERS,
+# paths under src/), so `#include "dist/flat.h"` is found from gradus_dist and from nothing else.
+function(gradus_private_root target scope)
+  set(root ${CMAKE_BINARY_DIR}/private_include/${target})
+  file(REMOVE_RECURSE ${root})
+  foreach(path ${ARGN})
+    if(NOT EXISTS ${PROJECT_SOURCE_DIR}/src/${path})
+      message(FATAL_ERROR "${target}: private header path src/${path} does not exist")
+    endif()
+    get_filename_component(parent ${root}/${path} DIRECTORY)
+    file(MAKE_DIRECTORY ${parent})
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/src/${path} ${root}/${path} SYMBOLIC)
+  endforeach()
+  target_include_directories(${target} ${scope} ${root})
+endfunction()
+
 function(gradus_library name)
-  cmake_parse_arguments(ARG "MODULE" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "MODULE" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS;PRIVATE_HEADERS" ${ARGN})
   if(NOT ARG_SOURCES)
     # A layer still being written has no sources yet: an empty interface target keeps the graph.
     add_library(gradus_${name} INTERFACE)
@@ -60,8 +78,8 @@ function(gradus_library name)
   add_library(gradus::${name} ALIAS gradus_${name})
   set_target_properties(gradus_${name} PROPERTIES EXPORT_NAME ${name})
   target_include_directories(gradus_${name}
-    PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>
-    PRIVATE ${PROJECT_SOURCE_DIR}/src)
+    PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>)
+  gradus_private_root(gradus_${name} PRIVATE ${ARG_PRIVATE_HEADERS})
   target_link_libraries(gradus_${name} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   # Every symbol a shared library uses must come from what it links: a library that reaches into
   # a layer it does not depend on fails to link instead of resolving at load time by luck.
