@@ -1,7 +1,6 @@
 // gradus train --batch-size auto: the largest batch whose full training step fits in memory (the
-// GPU, or the CPU under --memory-limit), found with gradus::find_batch_size on a scratch copy of
-// the model and optimizer, so the run itself starts from the same weights and random state as
-// with that batch size given explicitly.
+// GPU, or the CPU under --memory-limit), found by the training layer (train::choose_batch_size,
+// on a scratch copy of the model and optimizer); a resumed run keeps its own.
 #include <cstdio>
 #include <string>
 
@@ -11,6 +10,7 @@
 #include "gradus/dist/dist.h"
 #include "gradus/gradus.h"
 #include "gradus/io/io.h"
+#include "gradus/train/batch_finder.h"
 #include "nlohmann/json.hpp"
 
 namespace gradus::cli {
@@ -48,44 +48,26 @@ int64_t auto_batch_size(const AutoBatchArgs& a) {
       return b;
     }
   }
-  const PhiloxState rng = default_generator().state();  // restored below: the run is unchanged
-  std::shared_ptr<nn::Module> model = a.make_model();
-  model->to(a.device);
-  model->train();
-  std::unique_ptr<optim::Optimizer> optimizer = a.make_optimizer(model->parameters());
-  auto step = [&](int64_t b) {
-    Shape shape = {b};
-    shape.insert(shape.end(), a.example_shape.begin(), a.example_shape.end());
-    const Tensor x = randn(shape, {DType::f32, a.device});
-    const Tensor y = randint(0, a.classes, {b}, {DType::i64, a.device});
-    optimizer->zero_grad();
-    Tensor loss;
-    {
-      amp::Autocast autocast(a.amp.value_or(DType::bf16), a.amp.has_value());
-      loss = cross_entropy((*model)(x), y);
-    }
-    loss.backward();
-    optimizer->step();
-    (void)cross_entropy((*model)(x), y).item();  // waits for the device
-  };
-  BatchSizeResult r = find_batch_size(step, {.start = 16, .max = a.max_per_rank});
-  optimizer.reset();
-  model.reset();
-  default_generator().set_state(rng);
-  if (a.device.is_cuda()) cuda::empty_cache();
-
+  const train::BatchSizeChoice choice = train::choose_batch_size(
+      {.make_model = a.make_model,
+       .make_optimizer = a.make_optimizer,
+       .task = std::make_shared<train::ClassificationTask>(),
+       .make_batch =
+           [&](int64_t rows) {
+             Shape shape = {rows};
+             shape.insert(shape.end(), a.example_shape.begin(), a.example_shape.end());
+             return data::Example{randn(shape), randint(0, a.classes, {rows}, {DType::i64})};
+           },
+       .device = a.device,
+       .amp = a.amp,
+       .max_per_rank = a.max_per_rank,
+       .group = a.world_size > 1 ? dist::default_group() : nullptr});
+  const BatchSizeResult& r = choice.search;
   std::string tried;
   for (const auto& [size, ok] : r.tried) {
     tried += (tried.empty() ? "" : ", ") + std::to_string(size) + (ok ? " fits" : " does not");
   }
-  int64_t per_rank = r.batch_size;
-  if (a.world_size > 1) {
-    // Every rank takes the same share: the smallest any rank can hold.
-    Tensor t = from_vector(std::vector<int64_t>{per_rank}, {1}, {.dtype = DType::i64});
-    dist::default_group()->all_reduce(t, dist::ReduceOp::min, "auto batch size")->wait();
-    per_rank = t.to_vector<int64_t>()[0];
-  }
-  const int64_t global = per_rank * a.world_size;
+  const int64_t per_rank = choice.per_rank, global = choice.global;
   const std::string why = r.smallest_fail == 0
                               ? "every size up to the training set fits"
                               : "90% of the largest that fits, " + std::to_string(r.largest_fit);

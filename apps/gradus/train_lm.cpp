@@ -201,9 +201,6 @@ int run_train_lm(const TrainOptions& o) {
                "train: --model gpt follows a linear warm-up then a cosine decay to --min-lr; "
                "--scheduler ",
                o.scheduler, " is not supported with it");
-  GRADUS_CHECK(o.pp == 1 || o.tp == 1, ValueError,
-               "train: --tp with --pp is not supported with --model gpt yet (the tensor-parallel "
-               "GPT is one module, not a sequence of layers); use one of them");
   GRADUS_CHECK(o.pp == 1 || !o.cuda_graph, ValueError,
                "train: --cuda-graph is not supported with --pp (each step exchanges activations "
                "between ranks through the host)");
@@ -324,7 +321,9 @@ int run_train_lm(const TrainOptions& o) {
   if (run.pp > 1) {
     // --pp: the GPT as a sequence of layers (its modules and weights), cut into stages; state
     // names stay the GPT's (layer_paths), and the head's tied embedding is owned by stage 0.
-    const nn::GPTLayers layers = nn::gpt_layers(dynamic_cast<const nn::GPT&>(*model));
+    const nn::GPTLayers layers = tensor_parallel
+                                     ? tensor_parallel->layers()
+                                     : nn::gpt_layers(dynamic_cast<const nn::GPT&>(*model));
     strategy_options.pipeline = std::make_shared<dist::Pipeline>(
         layers.layers,
         dist::PipelineOptions{.micro_batches = run.micro_batches,
@@ -338,6 +337,11 @@ int run_train_lm(const TrainOptions& o) {
                  pipe.stage_index(), pipe.num_stages(), static_cast<long long>(pipe.first_layer()),
                  static_cast<long long>(pipe.end_layer()));
     model = layers.layers;
+    // With --tp as well: this stage's part of the split model, as the split model says.
+    if (tensor_parallel) {
+      strategy_options.tensor_parallel = std::make_shared<dist::TensorParallelLayers>(
+          strategy_options.pipeline->stage_module(), *tensor_parallel);
+    }
   }
   std::unique_ptr<train::Strategy> strategy = train::make_strategy(strategy_name, strategy_options);
 
@@ -486,8 +490,8 @@ int run_train_lm(const TrainOptions& o) {
   // the stages: a collective).
   std::shared_ptr<nn::GPT> whole = std::dynamic_pointer_cast<nn::GPT>(model);
   if (!run.save.empty() && (tensor_parallel || run.pp > 1)) {
-    const nn::StateDict full = train::full_model_state(trainer.model(), tensor_parallel.get(),
-                                                       trainer.strategy().pipeline());
+    const nn::StateDict full = train::full_model_state(
+        trainer.model(), trainer.strategy().tensor_parallel(), trainer.strategy().pipeline());
     if (lead) {
       whole = std::make_shared<nn::GPT>(config);
       whole->load_state_dict(full);

@@ -5,10 +5,12 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include <sstream>
 
 #include "dist/gather.h"
+#include "gradus/dist/tensor_parallel_attention.h"
 
 #include "gradus/autograd.h"
 #include "gradus/autograd/function.h"
@@ -410,6 +412,16 @@ TensorParallelLayers::TensorParallelLayers(std::shared_ptr<nn::Module> model,
   GRADUS_CHECK(model_ != nullptr, ValueError, "TensorParallelLayers: the model is null");
 }
 
+TensorParallelLayers::TensorParallelLayers(std::shared_ptr<nn::Module> part,
+                                           const TensorParallelModule& whole)
+    : model_(std::move(part)), whole_(&whole) {
+  GRADUS_CHECK(model_ != nullptr, ValueError, "TensorParallelLayers: the model is null");
+}
+
+ProcessGroup& TensorParallelLayers::tensor_group() const {
+  return whole_ != nullptr ? whole_->tensor_group() : *group_;
+}
+
 int TensorParallelLayers::split_dim(const Tensor& p) const {
   for (const auto& [name, m] : model_->named_modules()) {
     if (auto* column = dynamic_cast<const ColumnParallelLinear*>(m.get())) {
@@ -423,9 +435,12 @@ int TensorParallelLayers::split_dim(const Tensor& p) const {
   return -1;
 }
 
-bool TensorParallelLayers::is_shard(const Tensor& p) const { return split_dim(p) >= 0; }
+bool TensorParallelLayers::is_shard(const Tensor& p) const {
+  return whole_ != nullptr ? whole_->is_shard(p) : split_dim(p) >= 0;
+}
 
 Tensor TensorParallelLayers::gather_shards(const Tensor& p, const Tensor& local) const {
+  if (whole_ != nullptr) return whole_->gather_shards(p, local);
   const int dim = split_dim(p);
   if (dim < 0) return local;
   const int size = group_->size();
@@ -439,30 +454,72 @@ Tensor TensorParallelLayers::gather_shards(const Tensor& p, const Tensor& local)
 }
 
 Tensor TensorParallelLayers::take_shard(const Tensor& p, const Tensor& full) const {
+  if (whole_ != nullptr) return whole_->take_shard(p, full);
   const int dim = split_dim(p);
   if (dim < 0) return full;
   const int64_t part = full.size(dim) / group_->size();
   return full.narrow(dim, part * group_->rank(), part).contiguous();
 }
 
+namespace {
+// The split attention layers of a model, with their prefixes ("0.h.1.attn."): their one-process
+// names and q/k/v layout differ from their parameters', so they convert themselves.
+std::vector<std::pair<std::string, TensorParallelSelfAttention*>> attention_layers(
+    nn::Module& model) {
+  std::vector<std::pair<std::string, TensorParallelSelfAttention*>> found;
+  for (const auto& [name, m] : model.named_modules()) {
+    if (auto* attn = dynamic_cast<TensorParallelSelfAttention*>(m.get())) {
+      found.emplace_back(name.empty() ? "" : name + ".", attn);
+    }
+  }
+  return found;
+}
+}  // namespace
+
 nn::StateDict TensorParallelLayers::full_state_dict() const {
   nn::StateDict full;
+  std::set<const TensorImpl*> converted;
+  for (const auto& [prefix, attn] : attention_layers(*model_)) {
+    for (const auto& [name, t] : attn->full_state_dict()) full.insert(prefix + name, t);
+    for (const Tensor& p : attn->parameters()) converted.insert(p.impl());
+  }
   for (const auto& [name, t] : model_->named_parameters()) {
-    full.insert(name, gather_shards(t, t));
+    if (converted.count(t.impl()) == 0) full.insert(name, gather_shards(t, t));
   }
   for (const auto& [name, t] : model_->named_buffers()) full.insert(name, t.detach());
   return full;
 }
 
 void TensorParallelLayers::load_full_state_dict(const nn::StateDict& full) {
-  nn::StateDict mine;
-  std::map<std::string, Tensor> params;
-  for (const auto& [name, t] : model_->named_parameters()) params.emplace(name, t);
-  for (const auto& [name, t] : full) {
-    const auto it = params.find(name);
-    mine.insert(name, it == params.end() ? t : take_shard(it->second, t));
+  std::set<const TensorImpl*> converted;
+  for (const auto& [prefix, attn] : attention_layers(*model_)) {
+    nn::StateDict part;
+    for (const auto& [name, t] : full) {
+      if (name.rfind(prefix, 0) == 0) part.insert(name.substr(prefix.size()), t);
+    }
+    attn->load_full_state_dict(part);
+    for (const Tensor& p : attn->parameters()) converted.insert(p.impl());
   }
-  model_->load_state_dict(mine);
+  NoGradGuard no_grad;
+  auto assign = [&](const std::string& name, Tensor into, const Tensor& value) {
+    GRADUS_CHECK(value.sizes() == into.sizes(), ShapeError,
+                 "TensorParallelLayers: load_full_state_dict: '", name, "' must be ",
+                 shape_str(into.sizes()), " here, got ", shape_str(value.sizes()));
+    into.copy_(value.to(into.device()).to(into.dtype()));
+  };
+  for (const auto& [name, p] : model_->named_parameters()) {
+    if (converted.count(p.impl()) != 0) continue;
+    const Tensor* value = full.find(name);
+    GRADUS_CHECK(value != nullptr, ValueError, "TensorParallelLayers: load_full_state_dict: no '",
+                 name, "'");
+    assign(name, p, take_shard(p, *value));
+  }
+  for (const auto& [name, b] : model_->named_buffers()) {
+    const Tensor* value = full.find(name);
+    GRADUS_CHECK(value != nullptr, ValueError, "TensorParallelLayers: load_full_state_dict: no '",
+                 name, "'");
+    assign(name, b, *value);
+  }
 }
 
 }  // namespace gradus::dist

@@ -82,6 +82,65 @@ nn::StateDict under(const nn::StateDict& full, const std::string& prefix) {
   return part;
 }
 
+// Token (vocabulary-parallel) + position embeddings: ids [B, T] -> [B, T, C], the same on every
+// rank.
+Tensor embed(VocabParallelEmbedding& wte, nn::Embedding& wpe, int64_t block_size,
+             const Tensor& idx) {
+  GRADUS_CHECK(idx.dim() == 2 && idx.dtype() == DType::i64, ValueError,
+               "TensorParallelGPT: expects token ids [batch, time] of dtype int64, got ",
+               shape_str(idx.sizes()), " ", dtype_name(idx.dtype()));
+  const int64_t t = idx.size(1);
+  GRADUS_CHECK(t <= block_size, ValueError, "TensorParallelGPT: sequence of ", t,
+               " tokens is longer than the context (block_size ", block_size, ")");
+  const Tensor pos = arange(t, {.dtype = DType::i64, .device = idx.device()});
+  return add(wte.forward(idx), wpe.forward(pos));
+}
+
+// The head: this rank's slice of the logits from the final features. The head is the embedding's
+// rows of this rank; its input is replicated, so its gradient is the sum over the ranks' slices
+// (copy_to_parallel_region). Padded classes get -inf.
+Tensor head_logits(const Tensor& features, const Tensor& weight, const Tensor& padding_mask,
+                   const std::shared_ptr<ProcessGroup>& group) {
+  Tensor logits = matmul(copy_to_parallel_region(features, group), weight.transpose(0, 1));
+  if (padding_mask.defined()) {
+    logits = add(logits, padding_mask.to(logits.device()).to(logits.dtype()));
+  }
+  return logits;
+}
+
+// The embeddings and the head as layers of a pipeline (TensorParallelGPT::layers).
+class EmbeddingsLayer : public nn::Module {
+ public:
+  EmbeddingsLayer(std::shared_ptr<VocabParallelEmbedding> token,
+                  std::shared_ptr<nn::Embedding> position, int64_t block_size)
+      : block_size_(block_size) {
+    wte = register_module("wte", std::move(token));
+    wpe = register_module("wpe", std::move(position));
+  }
+  Tensor forward(const Tensor& idx) override { return embed(*wte, *wpe, block_size_, idx); }
+  std::string type_name() const override { return "TensorParallelEmbeddings"; }
+  std::shared_ptr<VocabParallelEmbedding> wte;
+  std::shared_ptr<nn::Embedding> wpe;
+
+ private:
+  int64_t block_size_;
+};
+
+class HeadLayer : public nn::Module {
+ public:
+  HeadLayer(const Tensor& tied, Tensor padding_mask, std::shared_ptr<ProcessGroup> group)
+      : weight(tied), padding_mask_(std::move(padding_mask)), group_(std::move(group)) {
+    register_parameter("weight", tied, tied.requires_grad());
+  }
+  Tensor forward(const Tensor& x) override { return head_logits(x, weight, padding_mask_, group_); }
+  std::string type_name() const override { return "TensorParallelHead"; }
+  Tensor weight;  // the token embedding's rows of this rank
+
+ private:
+  Tensor padding_mask_;
+  std::shared_ptr<ProcessGroup> group_;
+};
+
 }  // namespace
 
 struct TensorParallelGPT::Impl {
@@ -147,17 +206,24 @@ Tensor TensorParallelGPT::forward(const Tensor& idx) {
   GRADUS_CHECK(t <= config.block_size, ValueError, "TensorParallelGPT: sequence of ", t,
                " tokens is longer than the context (block_size ", config.block_size, ")");
   const Impl& m = *impl_;
-  const Tensor pos = arange(t, {.dtype = DType::i64, .device = idx.device()});
-  Tensor x = add(m.wte->forward(idx), m.wpe->forward(pos));
+  Tensor x = embed(*m.wte, *m.wpe, config.block_size, idx);
   for (const auto& block : m.blocks) x = (*block)(x);
-  // The head is the embedding's rows of this rank: its input is replicated, so its gradient is
-  // the sum over the ranks' slices (copy_to_parallel_region).
-  const Tensor features = copy_to_parallel_region(m.ln_f->forward(x), group_);
-  Tensor logits = matmul(features, m.wte->weight.transpose(0, 1));
-  if (m.padding_mask.defined()) {
-    logits = add(logits, m.padding_mask.to(logits.device()).to(logits.dtype()));
+  return head_logits(m.ln_f->forward(x), m.wte->weight, m.padding_mask, group_);
+}
+
+nn::GPTLayers TensorParallelGPT::layers() const {
+  const Impl& m = *impl_;
+  nn::GPTLayers out{std::make_shared<nn::Sequential>(), {"transformer"}};
+  out.layers->push_back(std::make_shared<EmbeddingsLayer>(m.wte, m.wpe, config.block_size));
+  for (size_t i = 0; i < m.blocks.size(); ++i) {
+    out.layers->push_back(m.blocks[i]);
+    out.paths.push_back("transformer.h." + std::to_string(i));
   }
-  return logits;
+  out.layers->push_back(m.ln_f);
+  out.paths.push_back("transformer.ln_f");
+  out.layers->push_back(std::make_shared<HeadLayer>(m.wte->weight, m.padding_mask, group_));
+  out.paths.push_back("lm_head");
+  return out;
 }
 
 Tensor TensorParallelGPT::loss(const Tensor& logits_shard, const Tensor& targets) const {

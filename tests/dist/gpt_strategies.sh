@@ -126,7 +126,8 @@ echo "gpt_strategies: --tp 2 refuses --dropout and --cuda-graph, naming each"
 # back): 2, 3 and 4 stages, GPipe and 1F1B, with ddp, ps and zero1 over 2 replicas; the same
 # losses and weights.
 for layout in "2 --pp 2 --micro-batches 3" "3 --pp 3 --schedule gpipe --micro-batches 2" \
-              "4 --pp 4 --micro-batches 4" "4 --pp 2" "4 --pp 2 --dist ps" "4 --pp 2 --dist zero1"; do
+              "4 --pp 4 --micro-batches 4" "4 --pp 2" "4 --pp 2 --dist ps" "4 --pp 2 --dist zero1" \
+              "4 --tp 2 --pp 2 --micro-batches 2"; do
   np=${layout%% *}
   # shellcheck disable=SC2086
   launch $layout --save "$work/pp.safetensors" --metrics "$work/pp.jsonl" >"$work/run.log" 2>&1 ||
@@ -135,7 +136,9 @@ for layout in "2 --pp 2 --micro-batches 3" "3 --pp 3 --schedule gpipe --micro-ba
     fail "-np $layout printed $(losses "$work/run.log"), one process $reference"
   close_to "$work/one.safetensors" "$work/pp.safetensors" "-np $layout"
   stages=$(sed 's/.*--pp \([0-9]*\).*/\1/' <<<"$layout")
-  grep -q "\"layout\":{\"world\":$np,\"data\":$((np / stages)),\"pipeline\":$stages,\"tensor\":1," \
+  tensor=1
+  case $layout in *--tp*) tensor=2 ;; esac
+  grep -q "\"layout\":{\"world\":$np,\"data\":$((np / stages / tensor)),\"pipeline\":$stages,\"tensor\":$tensor," \
     "$work/pp.jsonl" || fail "-np $layout: no layout in the metrics: $(head -1 "$work/pp.jsonl")"
   runs=$((runs + 1))
   echo "gpt_strategies: -np $layout: the same losses, weights within bounds ($(tail -1 "$work/compare.txt"))"
@@ -163,13 +166,17 @@ launch 4 --pp 2 --checkpoint-dir "$work/ckone2" --resume --save "$work/one_then_
 grep -q "resuming from .* (step 3," "$work/run.log" || fail "one process -> --pp 2 on 4 did not resume from step 3"
 close_to "$work/one.safetensors" "$work/one_then_pp.safetensors" "one process -> 2 data x 2 pipeline"
 echo "gpt_strategies: a --pp 2 checkpoint resumed on one process, and one process's as 2 data x 2 pipeline ranks, end at the one-process weights"
-for refused in "--tp 2 --pp 2:--tp with --pp is not supported with --model gpt yet" \
-               "--pp 2 --cuda-graph:--cuda-graph is not supported with --pp"; do
-  # shellcheck disable=SC2086
-  launch 4 ${refused%%:*} >"$work/run.log" 2>&1 && fail "${refused%%:*} was accepted"
-  grep -q -- "${refused#*:}" "$work/run.log" || fail "${refused%%:*}: $(tail -3 "$work/run.log")"
-done
-echo "gpt_strategies: --tp with --pp and --pp with --cuda-graph are refused, naming each"
+# 2 tensor x 2 pipeline ranks checkpointed, resumed on one process.
+launch 4 --tp 2 --pp 2 --checkpoint-dir "$work/cktppp" --checkpoint-every 3 --stop-after-steps 3 \
+  >"$work/run.log" 2>&1 || fail "--tp 2 --pp 2 stop: $(tail -3 "$work/run.log")"
+"$gradus" "${common[@]}" --checkpoint-dir "$work/cktppp" --resume --save "$work/tppp_then_one.safetensors" \
+  >"$work/run.log" 2>&1 || fail "--tp 2 --pp 2 -> one process: $(tail -3 "$work/run.log")"
+grep -q "resuming from .* (step 3," "$work/run.log" || fail "--tp 2 --pp 2 -> one process did not resume from step 3"
+close_to "$work/one.safetensors" "$work/tppp_then_one.safetensors" "--tp 2 --pp 2 -> one process"
+echo "gpt_strategies: a --tp 2 --pp 2 checkpoint resumed on one process ends at the one-process weights"
+launch 2 --pp 2 --cuda-graph >"$work/run.log" 2>&1 && fail "--pp 2 --cuda-graph was accepted"
+grep -q -- "--cuda-graph is not supported with --pp" "$work/run.log" || fail "--pp 2 --cuda-graph: $(tail -3 "$work/run.log")"
+echo "gpt_strategies: --pp with --cuda-graph is refused, naming it"
 
 # One process, stopped after 2 steps and resumed: bitwise the uninterrupted run.
 "$gradus" "${common[@]}" --checkpoint-dir "$work/ck1" --checkpoint-every 2 --stop-after-steps 2 \

@@ -144,12 +144,16 @@ class TensorParallelModule {
 // A TensorParallelModule for any model whose split layers are ColumnParallelLinear and
 // RowParallelLinear (e.g. an nn::Sequential with a Megatron MLP inside): the column layers'
 // weights and biases are split by rows, the row layers' weights by columns (their bias is
-// replicated). Parameters are found by identity, so `model` may be the whole model or a pipeline
-// stage of it; the model must outlive this view.
+// replicated); or for a part of a model another TensorParallelModule describes. Parameters are
+// found by identity, so `model` may be the whole model or a pipeline stage of it; the model must
+// outlive this view.
 class TensorParallelLayers final : public TensorParallelModule {
  public:
   TensorParallelLayers(std::shared_ptr<nn::Module> model, std::shared_ptr<ProcessGroup> group);
-  ProcessGroup& tensor_group() const override { return *group_; }
+  // A part of a split model (a pipeline stage of a dist::TensorParallelGPT), which says for each
+  // of its parameters how it is split (`whole`, which must outlive this view).
+  TensorParallelLayers(std::shared_ptr<nn::Module> part, const TensorParallelModule& whole);
+  ProcessGroup& tensor_group() const override;
   bool is_shard(const Tensor& p) const override;
   Tensor gather_shards(const Tensor& p, const Tensor& local) const override;
   Tensor take_shard(const Tensor& p, const Tensor& full) const override;
@@ -161,6 +165,7 @@ class TensorParallelLayers final : public TensorParallelModule {
   int split_dim(const Tensor& p) const;
   std::shared_ptr<nn::Module> model_;
   std::shared_ptr<ProcessGroup> group_;
+  const TensorParallelModule* whole_ = nullptr;  // the part's splits, when it is a part
 };
 
 // How one data replica's model is spread over ranks, as its gradient norm sees it: tensor

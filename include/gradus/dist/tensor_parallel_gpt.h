@@ -33,6 +33,10 @@ class TensorParallelGPT : public nn::Module, public TensorParallelModule {
                              std::shared_ptr<ProcessGroup> group = nullptr);
   // idx [B, T] -> this rank's logits [B, T, padded_vocab / size] (padding at -inf).
   Tensor forward(const Tensor& idx) override;
+  // The model as a sequence of layers sharing its modules, for a pipeline (nn::gpt_layers' shape
+  // and paths): the embeddings, each block, the final LayerNorm, the head (this rank's slice of
+  // the logits, from the token embedding's rows: a weight tied across the first and last stage).
+  nn::GPTLayers layers() const;
   // Mean next-token cross-entropy of forward's logits against targets [B, T] (a collective).
   Tensor loss(const Tensor& logits_shard, const Tensor& targets) const;
   std::string type_name() const override { return "TensorParallelGPT"; }

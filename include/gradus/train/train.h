@@ -3,5 +3,6 @@
 // `using namespace gradus;`, would otherwise be ambiguous with this namespace.
 #pragma once
 
+#include "gradus/train/batch_finder.h"
 #include "gradus/train/strategy.h"
 #include "gradus/train/trainer.h"
