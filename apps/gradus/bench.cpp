@@ -14,6 +14,7 @@
 #include "gradus/gradus.h"
 #include "gradus/nn/models.h"
 #include "gradus/optim/adam.h"
+#include "gradus/train/profiling.h"
 #include "gradus/train/step_graph.h"
 #include "run_monitor.h"
 #include "timing.h"
@@ -65,8 +66,9 @@ struct StepTiming {
 // CPU. Without a source on the CPU no thread runs, so the timing is undisturbed.
 std::unique_ptr<monitor::DeviceMonitor> make_energy_monitor(Device device) {
   const bool rapl = monitor::RaplReader().available();
-  return make_run_monitor(device, device.is_cuda() || rapl ? std::chrono::milliseconds(100)
-                                                           : std::chrono::milliseconds(0));
+  return train::make_device_monitor(device, device.is_cuda() || rapl
+                                                ? std::chrono::milliseconds(100)
+                                                : std::chrono::milliseconds(0));
 }
 
 std::string bench_model_name(const std::string& model) {

@@ -10,7 +10,6 @@
 #include "gradus/core/error.h"
 #include "gradus/monitor/monitor.h"
 #include "gradus/monitor/profiler.h"
-#include "run_monitor.h"
 
 namespace gradus::cli {
 
@@ -65,65 +64,18 @@ StepRange parse_step_range(const std::string& text) {
   return r;
 }
 
-TrainingProfiler::TrainingProfiler(const std::string& path, const std::string& steps, bool write,
-                                   const Device& device)
-    : path_(path), device_(device) {
+train::ProfileOptions profile_options(const std::string& path, const std::string& steps,
+                                      bool write) {
   GRADUS_CHECK(!path.empty() || steps.empty(), ValueError,
                "train: --profile-steps needs --profile FILE");
-  if (path.empty()) return;
-  range_ = parse_step_range(steps);
+  if (path.empty()) return {};
+  const StepRange range = parse_step_range(steps);
   GRADUS_CHECK(monitor::Profiler::available(), ValueError,
                "train: --profile: this build of gradus has the profiler compiled out "
                "(configured with -DGRADUS_PROFILER=OFF)");
-  if (!write) return;  // other ranks: only the lead profiles
+  if (!write) return {};  // other ranks: only the lead profiles
   check_writable(path);
-  enabled_ = true;
-}
-
-TrainingProfiler::~TrainingProfiler() = default;
-
-void TrainingProfiler::at_step(int64_t completed) {
-  if (!enabled_ || done_) return;
-  if (profiler_) {
-    profiler_->step();
-    ++recorded_steps_;
-    if (completed >= range_.last) report();
-  } else if (completed == range_.first - 1) {
-    // A few steps only: the shapes' formatting is affordable, and they make the trace readable.
-    // The monitor's readings become counter tracks (GPU utilisation, memory and power, or the
-    // process's CPU and RSS) next to the ops.
-    monitor_ = make_run_monitor(device_, std::chrono::milliseconds(50));
-    profiler_ = std::make_unique<monitor::Profiler>(
-        monitor::ProfilerOptions{.record_shapes = true, .monitor = monitor_.get()});
-  }
-}
-
-void TrainingProfiler::finish() {
-  if (!enabled_ || done_) return;
-  if (!profiler_) {
-    std::fprintf(stderr,
-                 "gradus train: warning: --profile: training ended before step %lld; no trace "
-                 "written\n",
-                 static_cast<long long>(range_.first));
-    done_ = true;
-    return;
-  }
-  report();
-}
-
-void TrainingProfiler::report() {
-  done_ = true;
-  monitor_->sample_now();  // a reading at the end, however short the profiled steps were
-  const monitor::Profile profile = profiler_->stop();
-  profiler_.reset();
-  monitor_.reset();
-  profile.write_chrome_trace(path_);
-  std::fprintf(stderr,
-               "gradus train: profile of steps %lld-%lld (%zu events, %zu monitor counter "
-               "values) written to %s\n%s",
-               static_cast<long long>(range_.first),
-               static_cast<long long>(range_.first + recorded_steps_ - 1), profile.num_events(),
-               profile.counters().size(), path_.c_str(), profile.table().c_str());
+  return {.trace = path, .first_step = range.first, .last_step = range.last};
 }
 
 }  // namespace gradus::cli

@@ -7,20 +7,6 @@
 
 namespace gradus::cli {
 
-std::unique_ptr<monitor::DeviceMonitor> make_run_monitor(const Device& device,
-                                                         std::chrono::milliseconds interval) {
-  monitor::DeviceMonitor::Options options{.interval = interval, .nvml = device.is_cuda()};
-  if (device.is_cuda() && std::getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
-    options.gpus = {device.index()};
-    try {
-      return std::make_unique<monitor::DeviceMonitor>(options);
-    } catch (const Error&) {
-      options.gpus.clear();  // NVML counts fewer GPUs than CUDA (or none): watch what it sees
-    }
-  }
-  return std::make_unique<monitor::DeviceMonitor>(options);
-}
-
 nlohmann::ordered_json monitor_json(const monitor::Totals& window) {
   nlohmann::ordered_json out = nlohmann::ordered_json::parse(window.to_json());
   const std::optional<double> energy = window.measured_energy_j();

@@ -1,5 +1,5 @@
-// The device monitor of a `gradus train` or `gradus bench` run (gradus::monitor::DeviceMonitor):
-// how it is made for a device, and what the metrics and bench JSON say of its readings.
+// What the metrics lines and bench JSON of a `gradus train` or `gradus bench` run say of a device
+// monitor's readings (the monitor itself: train::make_device_monitor).
 #pragma once
 
 #include <chrono>
@@ -10,12 +10,6 @@
 #include "gradus/monitor/monitor.h"
 
 namespace gradus::cli {
-
-// Watches the host (process CPU and RSS, RAPL when readable) and, when `device` is a GPU, the
-// GPUs through NVML: the device's own when CUDA_VISIBLE_DEVICES does not renumber them (CUDA and
-// NVML then count alike), else every GPU NVML sees. Never throws for a missing driver.
-std::unique_ptr<monitor::DeviceMonitor> make_run_monitor(const Device& device,
-                                                         std::chrono::milliseconds interval);
 
 // A metrics line's "monitor" object: Totals::to_json()'s keys (those measured) plus "energy_j",
 // null when nothing measures energy (no NVML energy or power, no readable RAPL).

@@ -209,7 +209,8 @@ int run_train_images(const TrainOptions& options) {
   // Fail on an unwritable metrics file or --save path before spending time on training.
   MetricsFile metrics(lead ? o.metrics : "");
   check_save_path(o.save, lead);
-  TrainingProfiler profiler(o.profile, o.profile_steps, lead, device);  // --profile
+  // --profile: checked now, run by the Trainer.
+  const train::ProfileOptions profile = profile_options(o.profile, o.profile_steps, lead);
   // One writer per checkpoint directory, for the whole run (released by the kernel at exit).
   std::unique_ptr<io::DirectoryLock> checkpoint_lock;
   if (!o.checkpoint_dir.empty() && lead) {
@@ -336,6 +337,7 @@ int run_train_images(const TrainOptions& options) {
   run.config = run_config_json(o, get_num_threads(), device.str());
   run.check_config = check_resume_config;
   run.rank_agreement = rank_settings(run.config);
+  run.profile = profile;
   run.scheduler = [&o](optim::Optimizer& opt, int64_t total_steps, int64_t per_epoch) {
     return make_scheduler(o, opt, total_steps, per_epoch);
   };
@@ -381,11 +383,10 @@ int run_train_images(const TrainOptions& options) {
   // GPU (or process CPU) use for the progress line, and per-epoch figures with the energy for
   // the metrics line (run_monitor.h); the lead only.
   const std::unique_ptr<monitor::DeviceMonitor> device_monitor =
-      lead ? make_run_monitor(device, std::chrono::seconds(1)) : nullptr;
+      lead ? train::make_device_monitor(device, std::chrono::seconds(1)) : nullptr;
   std::optional<Progress> bar;
   double first_loss = -1;  // for the divergence warning
   bool warned_growth = false;
-  trainer.on_start = [&](int64_t steps_done) { profiler.at_step(steps_done); };
   trainer.on_epoch_begin = [&](int64_t epoch) {
     train_loader.reset_stats();  // the epoch's wait for data
     if (device.is_cuda()) {
@@ -412,7 +413,6 @@ int run_train_images(const TrainOptions& options) {
   double idle_sum = 0;  // under a pipeline: the fraction of each step this stage waited
   int64_t idle_steps = 0;
   trainer.on_batch_end = [&](const train::BatchEnd& b) {
-    profiler.at_step(b.step);
     if (pipeline != nullptr) {
       const dist::PipelineStats& st = pipeline->last_stats();
       idle_sum += 1.0 - st.compute_seconds / std::max(st.step_seconds, 1e-12);
@@ -472,7 +472,6 @@ int run_train_images(const TrainOptions& options) {
 
   const train::FitResult fit = trainer.fit(train_loader);
   if (fit.stopped) return report_stop(fit, lead);
-  profiler.finish();
   if (!fit.last_epoch) {  // resumed after the last epoch
     task->evaluate(trainer.strategy().inference_module());
     result = task->last();

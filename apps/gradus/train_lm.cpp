@@ -396,6 +396,7 @@ int run_train_lm(const TrainOptions& o) {
   options.config = run_config_json(run, get_num_threads(), device.str());
   options.check_config = check_resume_config;
   options.rank_agreement = rank_settings(options.config);
+  options.profile = profile_options(run.profile, run.profile_steps, lead);  // --profile
   options.scheduler = [&run](optim::Optimizer& opt, int64_t, int64_t) {
     return std::make_shared<GptSchedule>(opt, run);
   };
@@ -420,7 +421,6 @@ int run_train_lm(const TrainOptions& o) {
   }
   MetricsFile metrics(lead ? run.metrics : "");
   check_save_path(run.save, lead);
-  TrainingProfiler profiler(run.profile, run.profile_steps, lead, device);  // --profile
   std::unique_ptr<io::DirectoryLock> checkpoint_lock;
   if (!run.checkpoint_dir.empty() && lead) {
     checkpoint_lock = std::make_unique<io::DirectoryLock>(run.checkpoint_dir);
@@ -429,23 +429,19 @@ int run_train_lm(const TrainOptions& o) {
   // GPU (or process CPU) use for the progress lines, and per-interval figures with the energy for
   // the metrics lines (run_monitor.h).
   const std::unique_ptr<monitor::DeviceMonitor> device_monitor =
-      lead ? make_run_monitor(device, std::chrono::seconds(1)) : nullptr;
+      lead ? train::make_device_monitor(device, std::chrono::seconds(1)) : nullptr;
   if (!lead) std::freopen("/dev/null", "w", stdout);  // one voice: rank 0 reports
 
   const auto run_start = Clock::now();
   double val_loss = NAN, window_loss = 0, last_lr = 0;
   int64_t window_steps = 0;
   auto window_start = Clock::now();
-  trainer.on_start = [&](int64_t steps_done) {
-    profiler.at_step(steps_done);
-    window_start = Clock::now();
-  };
+  trainer.on_start = [&](int64_t steps_done) { window_start = Clock::now(); };
   trainer.on_step = [&](const train::StepReport& s) {
     window_loss += s.loss;
     ++window_steps;
     last_lr = s.lr;
   };
-  trainer.on_batch_end = [&](const train::BatchEnd& b) { profiler.at_step(b.step); };
   // A validation line: every --eval-every steps and at the end.
   auto report = [&](int64_t step, const std::map<std::string, double>& eval) {
     const double seconds = ms_since(window_start) / 1e3;
@@ -478,7 +474,6 @@ int run_train_lm(const TrainOptions& o) {
 
   const train::FitResult fit = trainer.fit(train_loader);
   if (fit.stopped) return report_stop(fit, lead);
-  profiler.finish();
   if (std::isnan(val_loss)) {  // resumed after the last step
     NoGradGuard no_grad;
     nn::Module& whole_model = trainer.strategy().inference_module();

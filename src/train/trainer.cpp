@@ -204,13 +204,16 @@ FitResult Trainer::fit(data::DataLoader& loader) {
 
   FitResult result;
   int64_t step = start.step;
+  StepProfiler profiler(options_.profile, writer, device, options_.who);
   auto stop = [&](data::LoaderPosition next, const EpochProgress& progress, int signal) {
+    profiler.finish();
     result.checkpoint = checkpoints.save(step, next, progress);
     result.stopped = true;
     result.stop_signal = signal;
     result.steps = step;
   };
   if (on_start) on_start(step);
+  profiler.at_step(step);
   if (options_.stop_after_steps > 0 && step >= options_.stop_after_steps) {
     stop(start.position, start.progress, 0);
     return result;
@@ -260,6 +263,7 @@ FitResult Trainer::fit(data::DataLoader& loader) {
         losses.add({step, lr, n, loss.detach()});
         if (losses.due()) losses.flush(account);
       }
+      profiler.at_step(step);
       if (on_batch_end) {
         const double running =
             progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.samples, 1));
@@ -301,6 +305,7 @@ FitResult Trainer::fit(data::DataLoader& loader) {
     if (options_.checkpoint_every == 0)
       result.checkpoint = checkpoints.save(step, {epoch + 1, 0}, {});
   }
+  profiler.finish();
   // The final state (resuming a finished run finds nothing left to do).
   const std::string last =
       checkpoints.save(step, {std::max(options_.epochs, start.position.epoch), 0}, {});

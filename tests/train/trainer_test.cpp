@@ -5,9 +5,13 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "gradus/gradus.h"
+#include "gradus/monitor/profiler.h"
 #include "gradus/optim/scheduler.h"
 #include "gradus/train/train.h"
 #include "support/test_util.h"
@@ -220,6 +224,39 @@ TEST(Trainer, ADivergingLossNamesTheStep) {
     EXPECT_NE(std::string(e.what()).find("diverged"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("at step"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace gradus
+
+namespace gradus {
+namespace {
+
+// TrainerOptions::profile: steps 2 to 4 of a run recorded and written as a Chrome trace whose
+// step markers count three steps and whose events include the model's ops.
+TEST(Trainer, ProfilesTheChosenSteps) {
+  if (!monitor::Profiler::available()) GTEST_SKIP() << "the profiler is compiled out";
+  const uint64_t seed = fresh_seed();
+  TempDir dir;
+  const std::string trace = (dir.path / "trace.json").string();
+  auto model = make_model(seed);
+  train::TrainerOptions o = options(1);
+  o.profile = {.trace = trace, .first_step = 2, .last_step = 4};
+  train::Trainer trainer(model, make_sgd, std::make_shared<train::ClassificationTask>(), o);
+  data::DataLoader loader = make_loader(make_data(seed, 100), seed);
+  trainer.fit(loader);
+  std::ifstream in(trace);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(text.empty()) << "no trace at " << trace;
+  const auto json = nlohmann::json::parse(text);
+  int steps = 0, linears = 0;
+  for (const auto& e : json.at("traceEvents")) {
+    const std::string name = e.value("name", "");
+    steps += name.rfind("ProfilerStep", 0) == 0 ? 1 : 0;
+    linears += name == "linear" ? 1 : 0;
+  }
+  EXPECT_EQ(steps, 3) << "step markers in the trace";
+  EXPECT_GE(linears, 3 * 2) << "two linear layers' forward per step";
 }
 
 }  // namespace

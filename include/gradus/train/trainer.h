@@ -9,7 +9,8 @@
 //   * the step captured once as a CUDA graph and replayed (StepGraph);
 //   * checkpoints (every N steps and at each epoch's end), resume from the newest good one,
 //     stop on SIGINT/SIGTERM/SIGHUP or after a number of steps with a checkpoint;
-//   * evaluation after each epoch (Task::evaluate) and reports through callbacks.
+//   * evaluation after each epoch (Task::evaluate) and reports through callbacks;
+//   * a profile of chosen steps (StepProfiler).
 // A data-parallel run builds the same Trainer on every rank (collectively) with a loader that
 // gives each rank its slice of the global batch (DataLoaderOptions::rank / world_size).
 #pragma once
@@ -24,6 +25,7 @@
 #include "gradus/data/dataloader.h"
 #include "gradus/train/agreement.h"
 #include "gradus/train/checkpoints.h"
+#include "gradus/train/profiling.h"
 #include "gradus/train/strategy.h"
 
 namespace gradus::train {
@@ -89,7 +91,9 @@ struct TrainerOptions {
   Settings rank_agreement;
   ConfigCheck check_config = note_config_difference;
   SchedulerFactory scheduler;  // nullptr: a constant learning rate
-  std::string who = "train";   // prefixes the messages
+  // A profile of some steps (Chrome trace and summary table), written by the run's first rank.
+  ProfileOptions profile;
+  std::string who = "train";  // prefixes the messages
   // Ends the message of a non-finite loss (what to change).
   std::string divergence_hint = "lower the learning rate or warm it up";
 };
