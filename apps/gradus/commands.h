@@ -72,6 +72,7 @@ struct TrainOptions {
   bool resume_or_start = false;  // resume; when every checkpoint is damaged, start at step 0
   std::string save;              // final weights as safetensors (PyTorch state_dict names)
   int64_t log_every = 0;         // > 0: a {"step","loss"} line in the metrics file every N steps
+  int64_t grad_accum = 1;        // batches per optimizer step (gradient accumulation)
   int64_t read_loss_every = 0;   // steps between reads of the losses (0: 20 on a GPU, 1 on a CPU)
   int64_t stop_after_steps = 0;  // > 0: checkpoint and stop after this many steps (in total)
   bool detect_anomaly = false;

@@ -306,6 +306,11 @@ void add_train(CLI::App& app, TrainOptions& o) {
                 "printed exactly, for comparing runs)")
       ->check(kPositive)
       ->needs(metrics);
+  c->add_option("--grad-accum", o.grad_accum,
+                "Gradient accumulation: N batches of --batch-size per optimizer step (steps, "
+                "--iters, schedules and checkpoints count optimizer steps)")
+      ->check(kPositive)
+      ->capture_default_str();
   c->add_option("--read-loss-every", o.read_loss_every,
                 "Read the step losses back from the device every N steps (default: 20 on a GPU, "
                 "1 on a CPU; and before checkpoints, stops and evaluations)")

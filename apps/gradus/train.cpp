@@ -161,6 +161,7 @@ int run_train_images(const TrainOptions& options) {
                          "lr-scaling",
                          "lr-reference-batch",
                          "grad-clip",
+                         "grad-accum",
                          "tp",
                          "pp",
                          "micro-batches",
@@ -329,6 +330,7 @@ int run_train_images(const TrainOptions& options) {
   run.amp = amp_dtype;
   // (--grad-clip's default belongs to the language model: images clip only when asked.)
   run.max_grad_norm = o.given.count("grad-clip") ? o.grad_clip : 0.0;
+  run.accumulate = o.grad_accum;
   run.cuda_graph = o.cuda_graph;
   run.read_loss_every = o.read_loss_every;
   run.stop_after_steps = o.stop_after_steps;

@@ -193,7 +193,7 @@ int run_train_lm(const TrainOptions& o) {
        "save", "dist", "dist-timeout", "checkpoint-dir", "checkpoint-every", "keep-checkpoints",
        "resume", "resume-or-start", "stop-after-steps", "freeze", "init-from", "memory-limit",
        "deterministic", "detect-anomaly", "optimizer", "scheduler", "tp", "pp", "micro-batches",
-       "schedule"});
+       "schedule", "grad-accum"});
   GRADUS_CHECK(!o.given.count("optimizer") || o.optimizer == "adamw", ValueError,
                "train: --model gpt trains with AdamW (nanoGPT's parameter groups); --optimizer ",
                o.optimizer, " is not supported with it");
@@ -374,8 +374,9 @@ int run_train_lm(const TrainOptions& o) {
   };
 
   // The run is the training layer's Trainer: one epoch of --iters global batches.
+  // (--iters counts optimizer steps: each takes --grad-accum batches.)
   auto windows = std::make_shared<WindowBatches>(train_tokens, run.gpt.context, run.batch_size,
-                                                 run.seed, run.iters);
+                                                 run.seed, run.iters * run.grad_accum);
   data::DataLoader train_loader(windows, {.batch_size = run.batch_size,
                                           .device = device,
                                           .rank = data_rank,
@@ -387,6 +388,7 @@ int run_train_lm(const TrainOptions& o) {
   options.epochs = 1;
   options.amp = amp;
   options.max_grad_norm = run.grad_clip;
+  options.accumulate = run.grad_accum;
   options.cuda_graph = run.cuda_graph;
   options.read_loss_every = run.read_loss_every;
   options.stop_after_steps = run.stop_after_steps;

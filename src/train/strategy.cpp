@@ -118,6 +118,13 @@ class DdpStrategy final : public Strategy {
   void before_forward() override {
     if (wrapper_ == nullptr && model().is_training()) dist::broadcast_buffers(model(), *group_, 0);
   }
+  void set_gradient_sync(bool on) override {
+    if (wrapper_ == nullptr || on) {
+      no_sync_.reset();
+    } else if (!no_sync_) {
+      no_sync_.emplace(*wrapper_);
+    }
+  }
   void step(amp::GradScaler& scaler, double max_grad_norm) override {
     if (wrapper_ == nullptr) dist::average_gradients(updated_parameters(), *group_);
     Strategy::step(scaler, max_grad_norm);
@@ -125,6 +132,7 @@ class DdpStrategy final : public Strategy {
 
  private:
   std::shared_ptr<dist::DistributedDataParallel> wrapper_;
+  std::optional<dist::DistributedDataParallel::NoSync> no_sync_;  // engaged: backward keeps local
 };
 
 // A parameter server on data rank 0: gradients in, parameters and buffers out, every step.

@@ -78,6 +78,11 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, const OptimizerFactory& make
                options_.epochs);
   GRADUS_CHECK(!options_.amp || *options_.amp == DType::bf16 || *options_.amp == DType::f16,
                ValueError, who, ": amp is bf16 or f16, got ", dtype_name(*options_.amp));
+  GRADUS_CHECK(options_.accumulate >= 1, ValueError, who, ": accumulate must be >= 1, got ",
+               options_.accumulate);
+  GRADUS_CHECK(options_.accumulate == 1 || !options_.cuda_graph, ValueError, who,
+               ": a CUDA-graph step cannot accumulate gradients over several batches (the graph "
+               "replays one batch's step)");
   GRADUS_CHECK(std::isfinite(options_.max_grad_norm) && options_.max_grad_norm >= 0, ValueError,
                who, ": max_grad_norm must be finite and >= 0, got ", options_.max_grad_norm);
   GRADUS_CHECK(!scaler_.is_enabled() || strategy_->caps().loss_scaling, ValueError, who,
@@ -101,6 +106,7 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, const OptimizerFactory& make
   settings["trainer.strategy"] = strategy_->name();
   settings["trainer.amp"] = options_.amp ? dtype_name(*options_.amp) : "off";
   settings["trainer.max_grad_norm"] = number_text(options_.max_grad_norm);
+  settings["trainer.accumulate"] = std::to_string(options_.accumulate);
   settings["trainer.cuda_graph"] = options_.cuda_graph ? "on" : "off";
   settings["trainer.epochs"] = std::to_string(options_.epochs);
   settings["trainer.stop_after_steps"] = std::to_string(options_.stop_after_steps);
@@ -115,11 +121,23 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, const OptimizerFactory& make
 Trainer::~Trainer() = default;
 
 Tensor Trainer::train_step(const Tensor& input, const Tensor& target) {
-  optim::Optimizer& opt = strategy_->optimizer();
   // A graph's gradients must stay where the capture found them: zeroed in place.
-  opt.zero_grad(/*set_to_none=*/!options_.cuda_graph);
+  strategy_->optimizer().zero_grad(/*set_to_none=*/!options_.cuda_graph);
+  Tensor loss = forward_backward(data::Example{input, target}, 1, true);
+  optimizer_step();
+  return loss;
+}
+
+void Trainer::optimizer_step() {
+  strategy_->step(scaler_, options_.max_grad_norm);
+  if (dist::Pipeline* pipeline = strategy_->pipeline()) pipeline->broadcast_tied_parameters();
+  scaler_.update();
+}
+
+Tensor Trainer::forward_backward(const data::Example& batch, int64_t parts, bool last) {
+  strategy_->set_gradient_sync(last);
   strategy_->before_forward();
-  const data::Example batch{input, target};
+  const double share = 1.0 / static_cast<double>(parts);
   Tensor loss;
   if (dist::Pipeline* pipeline = strategy_->pipeline()) {
     // Forward and backward, micro-batch by micro-batch over the stages; every stage gets the
@@ -127,22 +145,22 @@ Tensor Trainer::train_step(const Tensor& input, const Tensor& target) {
     // own casts, a shared one would be run through once per micro-batch.)
     amp::Autocast autocast(options_.amp.value_or(DType::bf16), options_.amp.has_value(),
                            /*cache_weights=*/false);
-    const double value = pipeline->train_step(
-        task_->model_input(batch), target, [this](const Tensor& output, const Tensor& rows_target) {
-          return task_->output_loss(output, rows_target);
-        });
-    loss = tensor({value}, {}, {.dtype = DType::f64});
+    const double value =
+        pipeline->train_step(task_->model_input(batch), batch.target,
+                             [this, parts, share](const Tensor& output, const Tensor& rows_target) {
+                               const Tensor l = task_->output_loss(output, rows_target);
+                               return parts > 1 ? mul(l, share) : l;
+                             });
+    loss = tensor({value * static_cast<double>(parts)}, {}, {.dtype = DType::f64});
     pipeline->reduce_tied_gradients();
   } else {
     {
       amp::Autocast autocast(options_.amp.value_or(DType::bf16), options_.amp.has_value());
       loss = task_->loss(strategy_->module(), batch);
     }
-    scaler_.scale(loss).backward();  // the loss itself unless f16 loss scaling is on
+    // The loss itself unless f16 loss scaling is on, shared among the step's batches.
+    scaler_.scale(parts > 1 ? mul(loss, share) : loss).backward();
   }
-  strategy_->step(scaler_, options_.max_grad_norm);
-  if (dist::Pipeline* pipeline = strategy_->pipeline()) pipeline->broadcast_tied_parameters();
-  scaler_.update();
   return loss;
 }
 
@@ -165,7 +183,10 @@ FitResult Trainer::fit(data::DataLoader& loader) {
   dist::ProcessGroup& group = strategy_->group();
   dist::ProcessGroup& run = strategy_->run_group();
   const bool writer = run.rank() == 0;
-  const int64_t steps_per_epoch = loader.size();
+  // Optimizer steps per epoch: whole groups of `accumulate` batches (the rest are skipped).
+  const int64_t accumulate = options_.accumulate;
+  const int64_t steps_per_epoch = loader.size() / accumulate;
+  const int64_t batches_used = steps_per_epoch * accumulate;
   // First the ranks agree on the data (a rank whose loader is empty while the others' is not
   // must not leave them waiting in a collective), then an empty loader is refused everywhere.
   check_ranks_agree(run,
@@ -173,9 +194,10 @@ FitResult Trainer::fit(data::DataLoader& loader) {
                      {"data.batch_size", std::to_string(loader.options().batch_size)},
                      {"data.batches_per_epoch", std::to_string(steps_per_epoch)}},
                     who, "checked before training");
-  GRADUS_CHECK(steps_per_epoch > 0, ValueError, who,
-               ": the data loader yields no batch (dataset of ", loader.dataset().size(),
-               " examples, batch size ", loader.options().batch_size, ")");
+  GRADUS_CHECK(steps_per_epoch > 0, ValueError, who, ": the data loader yields ", loader.size(),
+               " batch(es) per epoch (dataset of ", loader.dataset().size(),
+               " examples, batch size ", loader.options().batch_size, "), fewer than the ",
+               accumulate, " one optimizer step accumulates");
   const std::vector<Tensor> params = model().parameters();
   const Device device = params.empty() ? Device::cpu() : params[0].device();
   GRADUS_CHECK(!options_.cuda_graph || device.is_cuda(), ValueError, who,
@@ -243,14 +265,30 @@ FitResult Trainer::fit(data::DataLoader& loader) {
       if (on_step) on_step({s.step, epoch, value, s.lr, s.samples});
     };
     DeferredLosses losses(device, options_.read_loss_every);
+    int64_t in_step = 0;  // batches of the optimizer step accumulated so far
+    Tensor accumulated;   // their losses' sum
+    // (A run resumed after the epoch's last whole group has nothing left to train in it.)
+    const bool epoch_done = resumed_epoch && start.position.batch >= batches_used;
     for (data::Example& batch : loader) {
+      if (epoch_done) break;
       const double lr = optimizer().lr();
-      const Tensor loss = graph.run(batch.input, batch.target, one_step);
+      Tensor loss;
+      if (accumulate == 1) {
+        loss = graph.run(batch.input, batch.target, one_step);
+      } else {
+        if (in_step == 0) optimizer().zero_grad();
+        const Tensor part = forward_backward(batch, accumulate, in_step == accumulate - 1).detach();
+        accumulated = in_step == 0 ? part.to(DType::f64) : add(accumulated, part.to(DType::f64));
+        if (++in_step < accumulate) continue;
+        in_step = 0;
+        optimizer_step();
+        loss = mul(accumulated, 1.0 / static_cast<double>(accumulate));
+      }
       if (scheduler_) scheduler_->step();
       ++step;
       const data::LoaderPosition next = loader.position();
-      // The global batch (each data rank holds an equal slice of it).
-      const int64_t n = task_->examples(batch) * group.size();
+      // The global batch (each data rank holds an equal slice of each of its batches).
+      const int64_t n = task_->examples(batch) * group.size() * accumulate;
       examples_here += n;
       // The stop decision: on a data-parallel run the one the ranks agreed on for this step.
       int stop_now = 0;
@@ -269,7 +307,7 @@ FitResult Trainer::fit(data::DataLoader& loader) {
             progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.samples, 1));
         on_batch_end({step, epoch, next, examples_here, running});
       }
-      const bool epoch_ends = next.batch >= steps_per_epoch;
+      const bool epoch_ends = next.batch >= batches_used;
       if (options_.eval_every > 0 && step % options_.eval_every == 0 && !epoch_ends) {
         losses.flush(account);  // the losses up to this step, before its report
         EvalReport report{step, epoch, evaluate()};
@@ -289,6 +327,7 @@ FitResult Trainer::fit(data::DataLoader& loader) {
         stop(next, progress, stop_now);
         return result;
       }
+      if (epoch_ends) break;  // (fewer than `accumulate` batches left)
     }
     losses.flush(account);
     EpochReport report;

@@ -36,6 +36,7 @@ eval-iters|--eval-iters 2|refuse|--eval-iters 2|changes
 min-lr|--min-lr 0.5|refuse|--warmup-steps 0 --lr 0.01 --min-lr 0.5|changes
 beta2|--beta2 0.5|refuse|--beta2 0.5|changes
 grad-clip|--grad-clip 0.01|changes|--grad-clip 0.01|ok
+grad-accum|--grad-accum 2|changes|--grad-accum 2|changes
 augment|--augment|changes|--augment|refuse
 augment-padding|--augment --augment-padding 3|changes|--augment-padding 3|refuse
 tp|--tp 2|refuse|--tp 2|refuse

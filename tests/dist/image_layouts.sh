@@ -106,6 +106,18 @@ for opts in "--freeze 0" "--grad-clip 0.05" "--grad-checkpoint 1"; do
     ! cmp -s "$work/opt_one.safetensors" "$work/one.safetensors" || fail "$opts changed nothing: its check is void"
   ok "$opts under --pp 2 and --tp 2 --pp 2 ends at one process's weights with $opts"
 done
+# --grad-accum 2 with half the batch: what one process trains with the whole batch, under DDP
+# (whose all-reduce waits for the second half's backward) and a pipeline.
+one --batch-size 16 --grad-accum 2 --save "$work/accum_one.safetensors" >"$work/run.log" 2>&1 ||
+  fail "one process --grad-accum 2: $(tail -3 "$work/run.log")"
+close_to "$work/one.safetensors" "$work/accum_one.safetensors" "one process --batch-size 16 --grad-accum 2"
+for layout in "2 --dist ddp" "2 --pp 2 --micro-batches 2" "4 --pp 2 --dist zero1"; do
+  # shellcheck disable=SC2086
+  launch $layout --batch-size 16 --grad-accum 2 --save "$work/accum.safetensors" >"$work/run.log" 2>&1 ||
+    fail "-np $layout --grad-accum 2: $(tail -3 "$work/run.log")"
+  close_to "$work/one.safetensors" "$work/accum.safetensors" "-np $layout --batch-size 16 --grad-accum 2"
+done
+ok "--batch-size 16 --grad-accum 2 on one process, under ddp, a pipeline and zero1 over a pipeline: one process's --batch-size 32"
 # --amp bf16: a pipeline of whole batches computes one process's bf16 products exactly; cut into
 # micro-batches, or split over tensor ranks, the bf16 roundings differ (partial sums, per-slice
 # gradients), so the weights end within bf16's noise: nearer one process's bf16 run than its
@@ -156,5 +168,5 @@ grep -q -- "--amp f16 is not supported with --pp" "$work/run.log" || fail "--pp 
 one --micro-batches 4 >"$work/run.log" 2>&1 && fail "--micro-batches without --pp was accepted"
 grep -q -- "--micro-batches cuts a pipeline's batch; it needs --pp > 1" "$work/run.log" || fail "--micro-batches alone: $(tail -3 "$work/run.log")"
 ok "--amp f16 under --pp and --micro-batches without --pp are refused by name"
-[ "$cases" -eq 12 ] || fail "$cases of 12 cases ran"
+[ "$cases" -eq 13 ] || fail "$cases of 13 cases ran"
 echo "image_layouts: PASS"

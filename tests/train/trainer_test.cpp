@@ -261,3 +261,57 @@ TEST(Trainer, ProfilesTheChosenSteps) {
 
 }  // namespace
 }  // namespace gradus
+
+namespace gradus {
+namespace {
+
+// TrainerOptions::accumulate: two batches of 16 per optimizer step train what one batch of 32
+// does (the shuffled order is the same, each half's loss counts half), clipping included; the
+// epoch's odd batch out is skipped, and steps count optimizer steps.
+TEST(Trainer, AccumulatesGradientsOverBatches) {
+  const uint64_t seed = fresh_seed();
+  const auto data = make_data(seed, 100);  // 3 batches of 32 (+4 examples), 6 of 16 (+4)
+  auto whole = make_model(seed);
+  auto halves = make_model(seed);
+  train::Trainer a(whole, make_sgd, std::make_shared<train::ClassificationTask>(), options(2));
+  data::DataLoader big(data, {.batch_size = 32, .shuffle = true, .seed = seed, .drop_last = true});
+  const train::FitResult ra = a.fit(big);
+  train::TrainerOptions o = options(2);
+  o.accumulate = 2;
+  train::Trainer b(halves, make_sgd, std::make_shared<train::ClassificationTask>(), o);
+  data::DataLoader small(data,
+                         {.batch_size = 16, .shuffle = true, .seed = seed, .drop_last = true});
+  const train::FitResult rb = b.fit(small);
+  EXPECT_EQ(ra.steps, 6);
+  EXPECT_EQ(rb.steps, 6);
+  const auto pa = whole->parameters(), pb = halves->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(testing::all_close(pb[i], pa[i], 1e-5, 1e-6))
+        << "parameter " << i << " seed " << seed;
+  }
+  ASSERT_TRUE(ra.last_epoch && rb.last_epoch);
+  EXPECT_NEAR(rb.last_epoch->train_loss, ra.last_epoch->train_loss, 1e-5);
+}
+
+TEST(Trainer, AccumulatingMoreBatchesThanAnEpochHasIsRefused) {
+  auto model = make_model(1);
+  train::TrainerOptions o = options(1);
+  o.accumulate = 8;
+  train::Trainer t(model, make_sgd, std::make_shared<train::ClassificationTask>(), o);
+  data::DataLoader loader(make_data(1, 64), {.batch_size = 16});
+  EXPECT_THROW(
+      {
+        try {
+          t.fit(loader);
+        } catch (const ValueError& e) {
+          EXPECT_NE(std::string(e.what()).find("fewer than the 8 one optimizer step accumulates"),
+                    std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      ValueError);
+}
+
+}  // namespace
+}  // namespace gradus

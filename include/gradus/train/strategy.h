@@ -26,6 +26,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,9 @@ class Strategy {
   optim::Optimizer& optimizer() const;
   // Before each training forward: buffers follow data rank 0 where the strategy needs it.
   virtual void before_forward() {}
+  // Whether the coming backward exchanges gradients: off for all but the last batch of an
+  // accumulated step (DDP then skips its all-reduce; the others exchange in step() only).
+  virtual void set_gradient_sync(bool on) {}
   // After backward: the gradients averaged over the data ranks, clipped to a global 2-norm of
   // max_grad_norm when it is > 0 (the averaged gradient's norm, as one process would clip), and
   // one optimizer update, skipped by an enabled scaler when they overflowed

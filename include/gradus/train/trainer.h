@@ -2,7 +2,8 @@
 // optimizer the strategy built, and a Task that says what a batch means; fit() runs epochs of
 // steps over a DataLoader with what a training run needs around the step:
 //   * autocast (bf16 or f16) and, for f16, dynamic loss scaling (amp::GradScaler);
-//   * gradient clipping to a global norm, under every strategy (Strategy::step);
+//   * gradient clipping to a global norm, under every strategy (Strategy::step), and gradient
+//     accumulation over several batches per optimizer step;
 //   * a per-step LR schedule;
 //   * deferred loss reads (DeferredLosses: on a GPU the host reads the losses every 20 steps and
 //     keeps the device's queue full), accounted in step order;
@@ -73,8 +74,13 @@ using SchedulerFactory = std::function<std::shared_ptr<optim::LRScheduler>(
 
 struct TrainerOptions {
   int64_t epochs = 1;
-  std::optional<DType> amp;       // bf16 or f16 autocast; f16 adds dynamic loss scaling
-  double max_grad_norm = 0;       // clip the gradients' global 2-norm (0: off)
+  std::optional<DType> amp;  // bf16 or f16 autocast; f16 adds dynamic loss scaling
+  double max_grad_norm = 0;  // clip the gradients' global 2-norm (0: off)
+  // Gradient accumulation: batches per optimizer step. Each batch's loss is divided by it, the
+  // gradients add up (DDP exchanges them in the last batch's backward only) and the optimizer
+  // steps once; an epoch's batches beyond its last whole group are skipped. Steps, schedules and
+  // checkpoints count optimizer steps.
+  int64_t accumulate = 1;
   bool cuda_graph = false;        // capture the step once and replay it (GPU; see StepGraph)
   int64_t read_loss_every = 0;    // read losses back every N steps (0: 1 on the CPU, 20 on a GPU)
   int64_t stop_after_steps = 0;   // stop (with a checkpoint) once this many steps ran in total
@@ -171,7 +177,13 @@ class Trainer {
   optim::LRScheduler* scheduler() { return scheduler_.get(); }
 
  private:
+  // One optimizer step on one batch (what a CUDA graph captures).
   Tensor train_step(const Tensor& input, const Tensor& target);
+  // Forward and backward of one of `parts` batches of an optimizer step (its loss divided by
+  // parts; `last`: the one whose backward exchanges the gradients). Returns the batch's loss.
+  Tensor forward_backward(const data::Example& batch, int64_t parts, bool last);
+  // The update after the step's batches: averaged, clipped, stepped, schedule-free.
+  void optimizer_step();
   std::map<std::string, double> evaluate();
 
   std::shared_ptr<Task> task_;
