@@ -105,8 +105,7 @@ train::StrategyOptions image_layout_options(const TrainOptions& o,
     // The split layers of what this rank holds (its stage's, under a pipeline).
     std::shared_ptr<nn::Module> held = model;
     if (layout.pipeline) held = layout.pipeline->stage_module();
-    layout.tensor_parallel =
-        std::make_shared<dist::TensorParallelLayers>(held, groups.tensor);
+    layout.tensor_parallel = std::make_shared<dist::TensorParallelLayers>(held, groups.tensor);
   }
   return layout;
 }
