@@ -96,15 +96,32 @@ Tensor embed(VocabParallelEmbedding& wte, nn::Embedding& wpe, int64_t block_size
   return add(wte.forward(idx), wpe.forward(pos));
 }
 
+// -inf on the padded classes of this rank's logits (none: undefined), copied to where the logits
+// are once per device and dtype rather than every forward (a host-to-device copy each step
+// would wait for the device).
+class PaddingMask {
+ public:
+  explicit PaddingMask(Tensor on_host = Tensor()) : host_(std::move(on_host)) {}
+  bool defined() const { return host_.defined(); }
+  const Tensor& like(const Tensor& logits) {
+    if (!cached_.defined() || cached_.device() != logits.device() ||
+        cached_.dtype() != logits.dtype()) {
+      cached_ = host_.to(logits.device()).to(logits.dtype());
+    }
+    return cached_;
+  }
+
+ private:
+  Tensor host_, cached_;
+};
+
 // The head: this rank's slice of the logits from the final features. The head is the embedding's
 // rows of this rank; its input is replicated, so its gradient is the sum over the ranks' slices
 // (copy_to_parallel_region). Padded classes get -inf.
-Tensor head_logits(const Tensor& features, const Tensor& weight, const Tensor& padding_mask,
+Tensor head_logits(const Tensor& features, const Tensor& weight, PaddingMask& padding_mask,
                    const std::shared_ptr<ProcessGroup>& group) {
   Tensor logits = matmul(copy_to_parallel_region(features, group), weight.transpose(0, 1));
-  if (padding_mask.defined()) {
-    logits = add(logits, padding_mask.to(logits.device()).to(logits.dtype()));
-  }
+  if (padding_mask.defined()) logits = add(logits, padding_mask.like(logits));
   return logits;
 }
 
@@ -128,16 +145,19 @@ class EmbeddingsLayer : public nn::Module {
 
 class HeadLayer : public nn::Module {
  public:
-  HeadLayer(const Tensor& tied, Tensor padding_mask, std::shared_ptr<ProcessGroup> group)
+  HeadLayer(const Tensor& tied, std::shared_ptr<PaddingMask> padding_mask,
+            std::shared_ptr<ProcessGroup> group)
       : weight(tied), padding_mask_(std::move(padding_mask)), group_(std::move(group)) {
     register_parameter("weight", tied, tied.requires_grad());
   }
-  Tensor forward(const Tensor& x) override { return head_logits(x, weight, padding_mask_, group_); }
+  Tensor forward(const Tensor& x) override {
+    return head_logits(x, weight, *padding_mask_, group_);
+  }
   std::string type_name() const override { return "TensorParallelHead"; }
   Tensor weight;  // the token embedding's rows of this rank
 
  private:
-  Tensor padding_mask_;
+  std::shared_ptr<PaddingMask> padding_mask_;
   std::shared_ptr<ProcessGroup> group_;
 };
 
@@ -149,7 +169,8 @@ struct TensorParallelGPT::Impl {
   std::shared_ptr<nn::Embedding> wpe;
   std::vector<std::shared_ptr<TensorParallelBlock>> blocks;
   std::shared_ptr<nn::LayerNorm> ln_f;
-  Tensor padding_mask;   // [padded_vocab / size]: 0, or -inf on padded classes (undefined if none)
+  // [padded_vocab / size]: 0, or -inf on padded classes (undefined if none); shared with layers().
+  std::shared_ptr<PaddingMask> padding_mask = std::make_shared<PaddingMask>();
   bool has_lm_head_key;  // nn::GPT's state dict names the tied head's weight too
 };
 
@@ -194,7 +215,7 @@ TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& c, std::shared_ptr<Pro
     for (int64_t j = std::max<int64_t>(0, c.vocab_size - first); j < local; ++j) {
       mask[static_cast<size_t>(j)] = -std::numeric_limits<double>::infinity();
     }
-    m.padding_mask = tensor(mask, {local});
+    m.padding_mask = std::make_shared<PaddingMask>(tensor(mask, {local}));
   }
 }
 
@@ -208,7 +229,7 @@ Tensor TensorParallelGPT::forward(const Tensor& idx) {
   const Impl& m = *impl_;
   Tensor x = embed(*m.wte, *m.wpe, config.block_size, idx);
   for (const auto& block : m.blocks) x = (*block)(x);
-  return head_logits(m.ln_f->forward(x), m.wte->weight, m.padding_mask, group_);
+  return head_logits(m.ln_f->forward(x), m.wte->weight, *m.padding_mask, group_);
 }
 
 nn::GPTLayers TensorParallelGPT::layers() const {

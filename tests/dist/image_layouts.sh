@@ -150,6 +150,14 @@ launch 2 --tp 2 --init-from "$work/one.safetensors" --epochs 1 --save "$work/ini
   >"$work/run.log" 2>&1 || fail "--tp 2 --init-from: $(tail -3 "$work/run.log")"
 close_to "$work/init_one.safetensors" "$work/init_tp.safetensors" "--tp 2 --init-from"
 ok "--tp 2 --init-from a saved model trains as one process from it"
+# --profile under a pipeline: the run's first rank writes the trace of the chosen steps.
+launch 2 --pp 2 --epochs 1 --profile "$work/trace.json" --profile-steps 2:3 >"$work/run.log" 2>&1 ||
+  fail "--pp 2 --profile: $(tail -3 "$work/run.log")"
+grep -q "profile of steps 2-3 .* written to $work/trace.json" "$work/run.log" ||
+  fail "--pp 2 --profile wrote no trace: $(tail -3 "$work/run.log")"
+[ "$(grep -o '"ProfilerStep#[0-9]*"' "$work/trace.json" | sort -u | wc -l)" = 2 ] ||
+  fail "--pp 2 --profile-steps 2:3: the trace does not mark 2 steps"
+ok "--profile under --pp 2 writes the trace of steps 2-3"
 # The CNN (batch norm) as a 2-stage pipeline of whole batches is one process exactly; cut into
 # micro-batches its batch norm sees each one's statistics (GPipe's), which the run says.
 cnn=(--model cnn --optimizer sgd --lr 0.05 --epochs 1 --limit-train 256 --limit-test 100)
@@ -168,5 +176,5 @@ grep -q -- "--amp f16 is not supported with --pp" "$work/run.log" || fail "--pp 
 one --micro-batches 4 >"$work/run.log" 2>&1 && fail "--micro-batches without --pp was accepted"
 grep -q -- "--micro-batches cuts a pipeline's batch; it needs --pp > 1" "$work/run.log" || fail "--micro-batches alone: $(tail -3 "$work/run.log")"
 ok "--amp f16 under --pp and --micro-batches without --pp are refused by name"
-[ "$cases" -eq 13 ] || fail "$cases of 13 cases ran"
+[ "$cases" -eq 14 ] || fail "$cases of 14 cases ran"
 echo "image_layouts: PASS"
