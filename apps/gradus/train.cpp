@@ -79,6 +79,11 @@ int run_train(const TrainOptions& options) {
                " processes were launched but no parallel option was given: each would train "
                "the whole run alone. Add --dist ddp|ps|zero1 (or --tp/--pp), or launch one "
                "process");
+  // The pipeline's own options, for every task.
+  GRADUS_CHECK(options.pp > 1 || !options.given.count("micro-batches"), ValueError,
+               "train: --micro-batches cuts a pipeline's batch; it needs --pp > 1");
+  GRADUS_CHECK(options.pp > 1 || !options.given.count("schedule"), ValueError,
+               "train: --schedule orders a pipeline's micro-batches; it needs --pp > 1");
   for (const TrainTask& task : kTrainTasks) {
     if (task.accepts(options)) return task.run(options);
   }
@@ -192,10 +197,6 @@ int run_train_images(const TrainOptions& options) {
   GRADUS_CHECK(!o.batch_size_auto || !model_parallel, ValueError,
                "train: --batch-size auto is not supported with --tp/--pp (the finder sizes one "
                "process's step)");
-  GRADUS_CHECK(o.pp > 1 || !o.given.count("micro-batches"), ValueError,
-               "train: --micro-batches cuts a pipeline's batch; it needs --pp > 1");
-  GRADUS_CHECK(o.pp > 1 || !o.given.count("schedule"), ValueError,
-               "train: --schedule orders a pipeline's micro-batches; it needs --pp > 1");
   GRADUS_CHECK(o.pp == 1 || o.amp != "f16", ValueError,
                "train: --amp f16 is not supported with --pp (each stage would decide on its own "
                "gradients whether to skip a step); --amp bf16 needs no loss scaling");

@@ -204,10 +204,6 @@ int run_train_lm(const TrainOptions& o) {
   GRADUS_CHECK(o.pp == 1 || !o.cuda_graph, ValueError,
                "train: --cuda-graph is not supported with --pp (each step exchanges activations "
                "between ranks through the host)");
-  GRADUS_CHECK(o.pp > 1 || !o.given.count("micro-batches"), ValueError,
-               "train: --micro-batches cuts a pipeline's batch; it needs --pp > 1");
-  GRADUS_CHECK(o.pp > 1 || !o.given.count("schedule"), ValueError,
-               "train: --schedule orders a pipeline's micro-batches; it needs --pp > 1");
   if (o.tp > 1) {
     GRADUS_CHECK(!o.cuda_graph, ValueError,
                  "train: --cuda-graph is not supported with --tp (the tensor-parallel layers "
