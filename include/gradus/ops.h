@@ -238,6 +238,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 // Normalises over the trailing dims given by normalized_shape.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+// x / sqrt(mean(x^2 over the trailing normalized_shape dims) + eps) * weight (Llama's RMSNorm;
+// PyTorch's rms_norm). Under autocast it computes in float32, as layer_norm does.
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                double eps = 1e-6);
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);
 
 // ------------------------------------------------------------ attention (src/ops/attention.cpp)
@@ -254,6 +258,14 @@ struct AttentionOptions {
 // the one dropout() would draw for the [..., Tq, Tk] probabilities from the same generator state.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionOptions& options = {});
+// Rotary position embedding (RoPE) in the "rotate half" layout of Llama and transformers: with
+// x = [x1, x2] split along the last dim (size D), returns [x1 cos - x2 sin, x2 cos + x1 sin].
+// x [..., T, D]; cos and sin [T, D / 2] (the angles of positions 0..T-1, see rotary_tables).
+Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin);
+// cos and sin of position p times theta^(-2i / head_dim) for p in [0, positions) and i in
+// [0, head_dim / 2): two [positions, head_dim / 2] tensors, computed in float64, then `dtype`.
+std::pair<Tensor, Tensor> rotary_tables(int64_t positions, int64_t head_dim, double theta,
+                                        TensorOptions options = {});
 // x with `value` where mask (bool, broadcast to x) is true; no gradient flows there.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 // The lower / upper triangle of the last two dims (j - i <= diagonal / >= diagonal), 0 elsewhere.

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gradus/autograd.h"
+#include "gradus/io/hf.h"
 #include "gradus/io/safetensors.h"
 
 namespace gradus::io {
@@ -61,10 +62,10 @@ nn::GPTConfig read_hf_gpt2_config(const std::string& path) {
   return c;
 }
 
-void load_hf_gpt2_weights(nn::GPT& model, const std::string& path) {
-  SafetensorsFile file = read_safetensors(path);
+namespace {
+void load_gpt2_tensors(nn::GPT& model, std::vector<std::pair<std::string, Tensor>> tensors) {
   nn::StateDict state;
-  for (auto& [name, t] : file.tensors) {
+  for (auto& [name, t] : tensors) {
     if (is_mask_buffer(name)) continue;
     // Some exports drop the "transformer." prefix (GPT2Model rather than GPT2LMHeadModel).
     std::string key =
@@ -78,12 +79,53 @@ void load_hf_gpt2_weights(nn::GPT& model, const std::string& path) {
   NoGradGuard no_grad;
   model.load_state_dict(state, true);
 }
+}  // namespace
+
+void load_hf_gpt2_weights(nn::GPT& model, const std::string& path) {
+  load_gpt2_tensors(model, read_safetensors(path).tensors);
+}
 
 std::shared_ptr<nn::GPT> load_hf_gpt2(const std::string& dir) {
   const std::filesystem::path d(dir);
   auto model = std::make_shared<nn::GPT>(read_hf_gpt2_config((d / "config.json").string()));
-  load_hf_gpt2_weights(*model, (d / "model.safetensors").string());
+  load_gpt2_tensors(*model, read_hf_weights(dir));
   return model;
+}
+
+void save_hf_gpt2(const nn::GPT& model, const std::string& dir, const HfSaveOptions& o) {
+  const nn::GPTConfig& c = model.config;
+  GRADUS_CHECK(c.bias, ValueError,
+               "save_hf_gpt2: a GPT without biases (bias = false) has no "
+               "transformers GPT2LMHeadModel equivalent");
+  const DType dtype = o.dtype.value_or(model.wte->weight.dtype());
+  const char* dtype_str = dtype == DType::bf16  ? "bfloat16"
+                          : dtype == DType::f16 ? "float16"
+                          : dtype == DType::f64 ? "float64"
+                                                : "float32";
+  nlohmann::json j{{"architectures", {"GPT2LMHeadModel"}},
+                   {"model_type", "gpt2"},
+                   {"vocab_size", c.vocab_size},
+                   {"n_positions", c.block_size},
+                   {"n_ctx", c.block_size},
+                   {"n_embd", c.n_embd},
+                   {"n_layer", c.n_layer},
+                   {"n_head", c.n_head},
+                   {"n_inner", nullptr},
+                   {"activation_function", c.gelu == GeluApproximation::tanh ? "gelu_new" : "gelu"},
+                   {"resid_pdrop", 0.0},
+                   {"embd_pdrop", 0.0},
+                   {"attn_pdrop", 0.0},
+                   {"layer_norm_epsilon", c.layer_norm_eps},
+                   {"initializer_range", 0.02},
+                   {"tie_word_embeddings", true},
+                   {"torch_dtype", dtype_str}};
+  std::vector<std::pair<std::string, Tensor>> weights;
+  const nn::StateDict state = model.state_dict();
+  for (const auto& [name, t] : state.items()) {
+    if (name == "lm_head.weight") continue;  // tied: transformers does not store it
+    weights.emplace_back(name, is_conv1d_weight(name) ? t.detach().t().contiguous() : t);
+  }
+  write_hf_directory(dir, j.dump(2) + "\n", weights, o);
 }
 
 }  // namespace gradus::io

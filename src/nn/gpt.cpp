@@ -133,31 +133,8 @@ Tensor GPT::forward(const Tensor& idx) {
   return lm_head->forward(ln_f->forward(x));
 }
 
-Tensor GPT::generate(const Tensor& idx, const GenerateOptions& o) {
-  GRADUS_CHECK(std::isfinite(o.temperature) && o.temperature > 0, ValueError,
-               "GPT::generate: temperature must be positive, got ", o.temperature);
-  GRADUS_CHECK(o.top_k >= 0 && o.max_new_tokens >= 0, ValueError,
-               "GPT::generate: top_k and max_new_tokens must be non-negative");
-  NoGradGuard no_grad;
-  const bool was_training = is_training();
-  eval();
-  Tensor seq = idx;
-  for (int64_t step = 0; step < o.max_new_tokens; ++step) {
-    const int64_t t = seq.size(1);
-    const Tensor window =
-        t > config.block_size ? seq.narrow(1, t - config.block_size, config.block_size) : seq;
-    const Tensor logits = forward(window.contiguous());
-    Tensor last = div(logits.select(1, logits.size(1) - 1).to(DType::f32), o.temperature);
-    if (o.top_k > 0 && o.top_k < last.size(-1)) {
-      // Everything below the k-th largest logit gets probability 0.
-      const Tensor kth = topk(last, o.top_k, -1).values.narrow(-1, o.top_k - 1, 1);
-      last = masked_fill(last, lt(last, kth), -std::numeric_limits<double>::infinity());
-    }
-    const Tensor next = multinomial(softmax(last, -1), 1, o.generator);
-    seq = cat({seq, next.to(seq.device())}, 1);
-  }
-  train(was_training);
-  return seq;
+Tensor GPT::generate(const Tensor& idx, const GenerateOptions& options) {
+  return nn::generate(*this, config.block_size, idx, options);
 }
 
 GPTEmbedding::GPTEmbedding(const GPT& gpt) : block_size(gpt.config.block_size) {

@@ -213,6 +213,23 @@ std::string LayerNorm::extra_repr() const {
                          ", elementwise_affine=", py_bool(elementwise_affine));
 }
 
+// --------------------------------------------------------------------------------------- RMSNorm
+RMSNorm::RMSNorm(int64_t normalized_size, double eps, bool elementwise_affine)
+    : normalized_shape{normalized_size}, eps(eps) {
+  check_positive("RMSNorm", "normalized_size", normalized_size);
+  GRADUS_CHECK(std::isfinite(eps) && eps >= 0, ValueError, "RMSNorm: eps must be >= 0, got ", eps);
+  if (elementwise_affine) weight = register_parameter("weight", ones(normalized_shape));
+}
+
+Tensor RMSNorm::forward(const Tensor& x) {
+  return rms_norm(x, normalized_shape, weight, eps);
+}
+
+std::string RMSNorm::extra_repr() const {
+  return detail::str_cat("(", normalized_shape[0], ",), eps=", python_float(eps),
+                         ", elementwise_affine=", py_bool(weight.defined()));
+}
+
 // --------------------------------------------------------------------------------------- Dropout
 Dropout::Dropout(double p) : p(p) {
   GRADUS_CHECK(p >= 0 && p <= 1, ValueError,

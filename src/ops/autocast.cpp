@@ -20,7 +20,7 @@ using amp::CastPolicy;
 
 // The one table. An op absent from it runs in its inputs' dtype. Every op named here calls
 // AutocastInputs with this name at its top (tests/amp/autocast_test.cpp checks each category).
-constexpr std::array<std::pair<std::string_view, CastPolicy>, 29> kPolicy{{
+constexpr std::array<std::pair<std::string_view, CastPolicy>, 30> kPolicy{{
     // Tensor-core ops: 16-bit operands, float32 accumulation.
     {"matmul", CastPolicy::lower},
     {"mm", CastPolicy::lower},
@@ -52,6 +52,7 @@ constexpr std::array<std::pair<std::string_view, CastPolicy>, 29> kPolicy{{
     {"binary_cross_entropy_with_logits", CastPolicy::float32},
     {"batch_norm", CastPolicy::float32},
     {"layer_norm", CastPolicy::float32},
+    {"rms_norm", CastPolicy::float32},
 }};
 // Ops with several inputs (binary and ternary elementwise, cat, stack) need no entry: they
 // promote to the widest input dtype by themselves.

@@ -216,6 +216,35 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
       });
 }
 
+// -------------------------------------------------------------------------------------- rms norm
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, double eps) {
+  GRADUS_PROFILE_OP("rms_norm");
+  if (AutocastInputs cast{"rms_norm", {&x, &weight}}) {
+    return rms_norm(cast[0], normalized_shape, cast[1], eps);
+  }
+  const char* op = "rms_norm";
+  check_defined(op, {&x});
+  check_same_device(op, {&x, &weight});
+  check_floating(op, x);
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  bool trailing_match = k >= 1 && k <= x.dim();
+  for (int64_t i = 0; trailing_match && i < k; ++i) {
+    trailing_match = x.size(x.dim() - k + i) == normalized_shape[i];
+  }
+  GRADUS_CHECK(trailing_match, ShapeError, "rms_norm: normalized_shape ",
+               shape_str(normalized_shape), " does not match the trailing dimensions of input ",
+               shape_str(x.sizes()));
+  GRADUS_CHECK(!weight.defined() || weight.sizes() == normalized_shape, ShapeError,
+               "rms_norm: weight must have shape ", shape_str(normalized_shape),
+               " (the normalized_shape), got ", shape_str(weight.sizes()));
+  GRADUS_CHECK(std::isfinite(eps) && eps >= 0, ValueError,
+               "rms_norm: eps must be finite and >= 0, got ", eps);
+  std::vector<int64_t> dims;
+  for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
+  const Tensor normalized = mul(x, rsqrt(add(mean(mul(x, x), dims, true), eps)));
+  return weight.defined() ? mul(normalized, weight) : normalized;
+}
+
 // ------------------------------------------------------------------------------------ dropout
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   GRADUS_PROFILE_OP("dropout");

@@ -24,7 +24,8 @@ nn::GPTConfig read_hf_gpt2_config(const std::string& config_json_path);
 // Copies the weights of `safetensors_path` into `model` (whose config must match the file).
 void load_hf_gpt2_weights(nn::GPT& model, const std::string& safetensors_path);
 
-// Builds the model from `dir`/config.json and loads `dir`/model.safetensors.
+// Builds the model from `dir`/config.json and loads its weights (model.safetensors, or the shards
+// of model.safetensors.index.json).
 std::shared_ptr<nn::GPT> load_hf_gpt2(const std::string& dir);
 
 }  // namespace gradus::io

@@ -14,6 +14,7 @@
 
 #include "gradus/core/random.h"
 #include "gradus/nn/container.h"
+#include "gradus/nn/language_model.h"
 #include "gradus/nn/layers.h"
 
 namespace gradus::nn {
@@ -73,13 +74,6 @@ class TiedLinear : public Module {
   Tensor weight;
 };
 
-struct GenerateOptions {
-  int64_t max_new_tokens = 100;
-  double temperature = 1.0;  // > 0
-  int64_t top_k = 0;         // 0: sample from the whole vocabulary
-  Generator* generator = nullptr;
-};
-
 class GPT : public Module {
  public:
   // Initialised like GPT-2 / nanoGPT: N(0, 0.02) weights and embeddings, zero biases, and the
@@ -113,15 +107,9 @@ class GPTEmbedding : public Module {
   int64_t block_size;
 };
 
-// A GPT as a sequence of layers sharing its modules and weights, for a pipeline to cut into
-// stages: the embeddings, each block, the final LayerNorm and the (tied) head; the same function
-// as GPT::forward. paths[i] is where layer i sits in the GPT ("transformer",
-// "transformer.h.0", ..., "transformer.ln_f", "lm_head"), so layer i's "name" is the GPT's
-// paths[i] + ".name" (dist::PipelineOptions::layer_paths).
-struct GPTLayers {
-  std::shared_ptr<Sequential> layers;
-  std::vector<std::string> paths;
-};
+// A GPT as a sequence of layers for a pipeline: the embeddings, each block, the final LayerNorm and
+// the (tied) head, at paths "transformer", "transformer.h.0", ..., "transformer.ln_f", "lm_head".
+using GPTLayers = LayerSequence;
 GPTLayers gpt_layers(const GPT& gpt);
 
 }  // namespace gradus::nn

@@ -125,6 +125,19 @@ class LayerNorm : public Module {
   Tensor weight, bias;
 };
 
+// Root-mean-square normalisation over the trailing normalized_shape dims (Llama's RMSNorm,
+// PyTorch's RMSNorm); weight ones.
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(int64_t normalized_size, double eps = 1e-6, bool elementwise_affine = true);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  Shape normalized_shape;
+  double eps;
+  Tensor weight;
+};
+
 // ------------------------------------------------------------------------------ regularisers
 // Zeroes elements with probability p and scales the rest by 1 / (1 - p) in training mode;
 // identity in eval mode.

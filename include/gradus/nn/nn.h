@@ -5,6 +5,7 @@
 #include "gradus/nn/gpt.h"
 #include "gradus/nn/init.h"
 #include "gradus/nn/layers.h"
+#include "gradus/nn/llama.h"
 #include "gradus/nn/models.h"
 #include "gradus/nn/module.h"
 #include "gradus/nn/resnet.h"
