@@ -4,5 +4,6 @@
 #pragma once
 
 #include "gradus/train/batch_finder.h"
+#include "gradus/train/language_model_eval.h"
 #include "gradus/train/strategy.h"
 #include "gradus/train/trainer.h"
