@@ -4,7 +4,7 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build ccache pkg-config git
   libopenblas-openmp-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev dataset-fashion-mnist
-  openmpi-bin libopenmpi-dev procps libcairo2-dev
+  openmpi-bin libopenmpi-dev procps libcairo2-dev libpcre2-dev
   iproute2
   qemu-user)  # tests: the portable build on an emulated CPU without AVX; hosts made of netns
 missing=()

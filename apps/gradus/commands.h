@@ -193,6 +193,18 @@ struct PlotOptions {
 int run_plot(const PlotOptions& o);
 void add_plot_command(CLI::App& app, PlotOptions& o);
 
+struct TokenizeOptions {
+  std::string tokenizer;  // a directory (tokenizer.json, or vocab.json + merges.txt) or a .json
+  std::string input;      // the text
+  std::string output;     // the token file
+  int threads = 0;        // 0: one per CPU
+  std::string dtype = "auto";  // auto, uint16 or uint32
+  bool no_progress = false;
+};
+// Encodes a text file with a byte-level BPE tokenizer into a nanoGPT token file (tokenize_cmd.cpp).
+int run_tokenize(const TokenizeOptions& o);
+void add_tokenize_command(CLI::App& app, TokenizeOptions& o);
+
 // Shared by the commands: applies --threads (0 keeps the default) and resolves --device,
 // checking that a requested CUDA device exists.
 void apply_threads(int threads);

@@ -5,6 +5,7 @@
 //   gradus inspect FILE.safetensors [--json]           validate a file, list tensors + metadata
 //   gradus monitor [--interval 1s] [--csv]             GPU and host readings, like nvidia-smi dmon
 //   gradus plot run.jsonl ... -o out.png               loss/accuracy/throughput curves of runs
+//   gradus tokenize --tokenizer DIR --input TEXT --output TOKENS.bin   BPE-encode a text file
 // Exit codes: 0 success, 1 runtime error (message on stderr), 2 bad command line.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -478,6 +479,8 @@ int main(int argc, char** argv) {
   gradus::cli::add_plot_command(app, plot);
   gradus::cli::GenerateOptions generate;
   gradus::cli::add_generate_command(app, generate);
+  gradus::cli::TokenizeOptions tokenize;
+  gradus::cli::add_tokenize_command(app, tokenize);
   try {
     std::vector<std::string> args;
     try {
@@ -512,6 +515,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("monitor")) return gradus::cli::run_monitor(monitor);
     if (app.got_subcommand("plot")) return gradus::cli::run_plot(plot);
     if (app.got_subcommand("generate")) return gradus::cli::run_generate(generate);
+    if (app.got_subcommand("tokenize")) return gradus::cli::run_tokenize(tokenize);
     return gradus::cli::run_info(info_json);
   } catch (const std::bad_alloc&) {
     // (From the C++ library, not a tensor: the message would be a bare "std::bad_alloc".)
