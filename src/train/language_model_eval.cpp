@@ -43,8 +43,11 @@ LanguageModelEval evaluate_language_model(nn::Module& model, const data::TokenAr
     GRADUS_CHECK(largest < vocab, ValueError, "evaluate_language_model: token ", largest,
                  " is not below the model's vocabulary (", vocab, ")");
     const Tensor targets = from_vector(y, {n * o.context}, ids).to(o.device);
-    const Tensor loss =
-        cross_entropy(logits.reshape({-1, vocab}).to(DType::f32), targets, summed).to(DType::f64);
+    // 16-bit logits (autocast) are widened for the loss; float32 and float64 ones kept.
+    const Tensor wide = is_floating(logits.dtype()) && dtype_size(logits.dtype()) < 4
+                            ? logits.to(DType::f32)
+                            : logits;
+    const Tensor loss = cross_entropy(wide.reshape({-1, vocab}), targets, summed).to(DType::f64);
     total = total.defined() ? add(total, loss) : loss;
   }
   model.train(was_training);

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The Llama (grouped-query attention: 4 heads, 2 key/value heads) under the engine's layouts
+# against one process, on the same global batches: ddp, ps and zero1 on 2 ranks, pipelines of 2
+# stages (GPipe and 1F1B, with 2 micro-batches) and 2 data x 2 pipeline ranks print the one-process
+# validation losses and end at its weights (gradus inspect --compare: every tensor within 1e-4
+# relative). A ddp checkpoint resumes on one process and ends where the uninterrupted run ends;
+# --save-hf under a pipeline writes the one-process model (gradus eval on it prints the same loss
+# as on the one-process --save file).
+# usage: llama_layouts.sh GRADUS MPIRUN TEXT_SAMPLE
+set -uo pipefail
+gradus=$1
+mpirun=$2
+sample=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+common=(train --model llama --data text --data-file "$sample" --context 16 --layers 2 --heads 4
+  --kv-heads 2 --width 32 --batch-size 12 --iters 6 --eval-every 3 --eval-iters 2 --threads 1
+  --seed 5 --weight-decay 0 --lr 0.003)
+losses() { grep -o 'val_loss=[0-9.]*' "$1" | tr '\n' ' '; }
+launch() { # launch NP ARGS...
+  local np=$1
+  shift
+  timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
+    -np "$np" "$gradus" "${common[@]}" "$@"
+}
+close_to() { # close_to A B WHAT
+  "$gradus" inspect "$1" --compare "$2" >"$work/compare.txt" || fail "$3: inspect --compare failed"
+  awk -v what="$3" '
+    /^max_relative_difference=/ { next }
+    { if ($2 + 0 > 1e-4) { printf "FAIL: %s: %s differs by %s\n", what, $1, $2; bad = 1 } }
+    END { exit bad }' "$work/compare.txt" || exit 1
+}
+
+"$gradus" "${common[@]}" --save "$work/one.safetensors" >"$work/one.log" 2>&1 ||
+  fail "one process: $(tail -3 "$work/one.log")"
+grep -q "train: llama (.* 4 heads, 2 kv heads" "$work/one.log" ||
+  fail "the run does not describe a llama with 2 kv heads: $(head -1 "$work/one.log")"
+reference=$(losses "$work/one.log")
+[ -n "$reference" ] || fail "the one-process run printed no val_loss"
+echo "llama_layouts: one process: $reference"
+runs=0
+for layout in "2 --dist ddp" "2 --dist ps" "2 --dist zero1" "2 --pp 2" \
+  "2 --pp 2 --micro-batches 2 --schedule 1f1b" "4 --pp 2 --dist ddp"; do
+  np=${layout%% *}
+  # shellcheck disable=SC2086
+  launch $layout --save "$work/run.safetensors" >"$work/run.log" 2>&1 ||
+    fail "-np $layout: $(tail -3 "$work/run.log")"
+  [ "$(losses "$work/run.log")" = "$reference" ] ||
+    fail "-np $layout printed $(losses "$work/run.log"), one process $reference"
+  close_to "$work/one.safetensors" "$work/run.safetensors" "-np $layout"
+  runs=$((runs + 1))
+  echo "llama_layouts: -np $layout: the same losses, weights within 1e-4 ($(tail -1 "$work/compare.txt"))"
+done
+
+# A ddp checkpoint after 3 steps, resumed on one process: the uninterrupted run's end.
+launch 2 --dist ddp --checkpoint-dir "$work/ckpt" --checkpoint-every 3 --stop-after-steps 3 \
+  >"$work/stop.log" 2>&1 || true
+ls "$work/ckpt"/*.safetensors >/dev/null 2>&1 || fail "no ddp checkpoint: $(tail -3 "$work/stop.log")"
+"$gradus" "${common[@]}" --checkpoint-dir "$work/ckpt" --resume --save "$work/resumed.safetensors" \
+  >"$work/resume.log" 2>&1 || fail "resume on one process: $(tail -3 "$work/resume.log")"
+close_to "$work/one.safetensors" "$work/resumed.safetensors" "ddp checkpoint resumed on one process"
+[ "$(losses "$work/resume.log" | awk '{print $NF}')" = "$(echo "$reference" | awk '{print $NF}')" ] ||
+  fail "resumed: $(losses "$work/resume.log"), one process $reference"
+runs=$((runs + 1))
+echo "llama_layouts: a ddp checkpoint resumed on one process: the same end"
+
+# --save-hf from 2 pipeline stages: the one-process model (transformers' names are gradus's for
+# the Llama), and gradus eval reads the directory as it reads the --save file.
+launch 2 --pp 2 --save-hf "$work/hf" >"$work/hf.log" 2>&1 || fail "--save-hf under --pp 2: $(tail -3 "$work/hf.log")"
+[ -f "$work/hf/config.json" ] && [ -f "$work/hf/model.safetensors" ] || fail "--save-hf wrote $(ls "$work/hf")"
+close_to "$work/one.safetensors" "$work/hf/model.safetensors" "--save-hf under --pp 2"
+for _ in $(seq 1 400); do printf "\\$(printf %o $((RANDOM % 40)))\\000"; done >"$work/tokens.bin"
+[ "$(stat -c %s "$work/tokens.bin")" = 800 ] || fail "the token file has $(stat -c %s "$work/tokens.bin") bytes"
+eval_loss() { "$gradus" eval --checkpoint "$1" --data tokens --data-file "$work/tokens.bin" \
+  --context 16 --threads 1 | grep -o 'val_loss=[0-9.]*'; }
+from_save=$(eval_loss "$work/one.safetensors") || fail "eval of the --save file"
+from_hf=$(eval_loss "$work/hf") || fail "eval of the --save-hf directory"
+[ -n "$from_save" ] && [ "${from_save:0:14}" = "${from_hf:0:14}" ] ||
+  fail "eval: --save file $from_save, --save-hf directory $from_hf"
+runs=$((runs + 1))
+echo "llama_layouts: --save-hf under --pp 2 is the one-process model; eval: $from_save and $from_hf"
+echo "llama_layouts: $runs checks PASS"
