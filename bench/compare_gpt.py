@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""GPT training throughput: gradus vs PyTorch, same model, batch, context, threads and dtype.
+"""Language-model training throughput: gradus vs PyTorch, same model, batch, context, threads
+and dtype.
 
     python3 bench/compare_gpt.py [--gradus build/apps/gradus/gradus] [--threads 2] [--repeats 5]
                                  [--device cpu|cuda] [--amp bf16] [--compile] [--cuda-graph]
+                                 [--model gpt|llama] [--kv-heads N] [--ffn-width N]
 
 By default both sides run eager float32; --amp bf16 puts both under bf16 autocast, --compile
 runs PyTorch's model through torch.compile and --cuda-graph replays gradus's step as a CUDA graph
@@ -10,7 +12,10 @@ runs PyTorch's model through torch.compile and --cuda-graph replays gradus's ste
 
 The model is nanoGPT's (token + position embeddings, pre-norm blocks with causal self-attention
 through F.scaled_dot_product_attention and a GELU MLP, tied head) at the CPU configuration of its
-README: 4 layers, 4 heads, width 128, context 64, batch 12, vocabulary 65. One step = forward,
+README: 4 layers, 4 heads, width 128, context 64, batch 12, vocabulary 65. --model llama: a Llama
+(RMSNorm through F.rms_norm, rotary embeddings in transformers' "rotate half" layout, grouped-query
+attention through F.scaled_dot_product_attention(enable_gqa=True), a SwiGLU MLP, untied head) of
+the same shape options as `gradus bench --model llama`. One step = forward,
 cross-entropy, backward, AdamW step, on random token windows cycled from 16 batches (as
 `gradus bench --model gpt`). The two sides alternate --repeats times (order flipped each repeat);
 each run reports its median step time, and the script prints the median over runs of each side,
@@ -66,8 +71,65 @@ class GPT(nn.Module):
         return F.linear(self.ln_f(x), self.wte.weight)
 
 
+def rotate(x, cos, sin):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, width, heads, kv_heads, ffn):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, width // heads
+        self.input_norm = nn.RMSNorm(width, eps=1e-5)
+        self.q = nn.Linear(width, width, bias=False)
+        self.k = nn.Linear(width, kv_heads * self.hd, bias=False)
+        self.v = nn.Linear(width, kv_heads * self.hd, bias=False)
+        self.o = nn.Linear(width, width, bias=False)
+        self.post_norm = nn.RMSNorm(width, eps=1e-5)
+        self.gate = nn.Linear(width, ffn, bias=False)
+        self.up = nn.Linear(width, ffn, bias=False)
+        self.down = nn.Linear(ffn, width, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, t, c = x.shape
+        h = self.input_norm(x)
+        q = rotate(self.q(h).view(b, t, self.heads, self.hd).transpose(1, 2), cos, sin)
+        k = rotate(self.k(h).view(b, t, self.kv_heads, self.hd).transpose(1, 2), cos, sin)
+        v = self.v(h).view(b, t, self.kv_heads, self.hd).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           enable_gqa=self.kv_heads != self.heads)
+        x = x + self.o(y.transpose(1, 2).reshape(b, t, c))
+        h = self.post_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, vocab, context, layers, heads, width, kv_heads, ffn):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.blocks = nn.ModuleList(LlamaBlock(width, heads, kv_heads, ffn) for _ in range(layers))
+        self.norm = nn.RMSNorm(width, eps=1e-5)
+        self.head = nn.Linear(width, vocab, bias=False)
+        hd = width // heads
+        inv_freq = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+        angles = torch.arange(context, dtype=torch.float64)[:, None] * inv_freq
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x, self.cos[:t], self.sin[:t])
+        return self.head(self.norm(x))
+
+
 def torch_run(args):
-    model = GPT(args.vocab, args.context, args.layers, args.heads, args.width).train()
+    if args.model == "llama":
+        model = Llama(args.vocab, args.context, args.layers, args.heads, args.width,
+                      args.kv_heads or args.heads, ffn_width(args)).train()
+    else:
+        model = GPT(args.vocab, args.context, args.layers, args.heads, args.width).train()
     model.to(args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
     forward = torch.compile(model) if args.compile else model
@@ -93,8 +155,15 @@ def torch_run(args):
     return statistics.median(times)
 
 
+def ffn_width(args):
+    # gradus's default (--ffn-width 0): 2/3 of 4 width, rounded up to a multiple of 32.
+    return args.ffn_width or (2 * 4 * args.width // 3 + 31) // 32 * 32
+
+
 def gradus_run(args):
-    cmd = [args.gradus, "bench", "--model", "gpt", "--batch-size", str(args.batch), "--context",
+    llama = (["--kv-heads", str(args.kv_heads), "--ffn-width", str(ffn_width(args))]
+             if args.model == "llama" else [])
+    cmd = [args.gradus, "bench", "--model", args.model] + llama + ["--batch-size", str(args.batch), "--context",
            str(args.context), "--layers", str(args.layers), "--heads", str(args.heads), "--width",
            str(args.width), "--vocab-size", str(args.vocab), "--threads", str(args.threads),
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device,
@@ -116,6 +185,9 @@ def main():
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--vocab", type=int, default=65)
+    p.add_argument("--model", choices=["gpt", "llama"], default="gpt")
+    p.add_argument("--kv-heads", type=int, default=0, help="llama: key/value heads (0: --heads)")
+    p.add_argument("--ffn-width", type=int, default=0, help="llama: SwiGLU width (0: gradus's default)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (both frameworks)")
     p.add_argument("--amp", choices=["off", "bf16"], default="off",
                    help="bf16: both sides under autocast (gradus bench --amp bf16, torch.autocast)")
@@ -136,10 +208,11 @@ def main():
     # Each repeat runs the two sides back to back: the ratio within a repeat cancels the drift of
     # a shared machine's speed between repeats, so its median is the steadier figure.
     pairs = [b / a for a, b in zip(g, t)]
-    print(json.dumps({"benchmark": "gpt_train_step", "device": args.device, "amp": args.amp,
+    print(json.dumps({"benchmark": f"{args.model}_train_step", "device": args.device, "amp": args.amp,
                       "torch_compile": args.compile, "gradus_cuda_graph": args.cuda_graph,
                       "threads": args.threads, "batch": args.batch,
                       "context": args.context, "layers": args.layers, "width": args.width,
+                      "heads": args.heads, "kv_heads": args.kv_heads or args.heads,
                       "torch": torch.__version__, "gradus_ms": round(gm, 2),
                       "torch_ms": round(tm, 2), "gradus_tokens_per_s": round(tokens / gm * 1e3),
                       "torch_tokens_per_s": round(tokens / tm * 1e3),

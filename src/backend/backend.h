@@ -248,7 +248,8 @@ class Backend {
                                       int64_t ignore_index, double label_smoothing,
                                       const Tensor& lse, const Tensor& grad_logits) = 0;
   // x [rows, cols] normalised over cols; weight/bias [cols] or undefined. mean/rstd [rows] f32
-  // (f64 for f64 x).
+  // (f64 for f64 x). An undefined mean asks for RMS normalisation (rms_norm): no centring,
+  // rstd = 1 / sqrt(mean(x^2) + eps), and the backward drops the mean's term likewise.
   virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                           const Tensor& out, const Tensor& mean, const Tensor& rstd) = 0;
   // grad_weight / grad_bias may be undefined (not needed).
@@ -302,6 +303,13 @@ class Backend {
                                   const Tensor& v, const Tensor& out, const Tensor& lse,
                                   const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
                                   const AttentionArgs& args) = 0;
+
+  // Rotary position embedding in the "rotate half" layout: with x's last dim split as [x1, x2],
+  // out = [x1 cos - x2 sin, x2 cos + x1 sin] (inverse: the rotation by minus the angle, which
+  // is the backward). x [B, H, T, D] with any strides over (B, H, T) and a unit-stride last dim;
+  // cos and sin [T, D / 2] contiguous; out [B, H, T, D] contiguous; one floating dtype.
+  virtual void rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse,
+                                const Tensor& out) = 0;
 
   // ---- indexing ----
   // IndexError (index_error_message) unless every value of `index` (int64, contiguous) is in

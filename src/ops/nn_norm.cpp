@@ -1,4 +1,4 @@
-// Normalisation and dropout: batch_norm, layer_norm, dropout.
+// Normalisation and dropout: batch_norm, layer_norm, rms_norm, dropout.
 //
 // The fused kernels want contiguous inputs: batch norm sees x as [N, C, S] (S = spatial
 // product), layer norm as [rows, cols] (cols = the normalised trailing dims). Affine parameters
@@ -153,14 +153,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                 });
 }
 
-// ------------------------------------------------------------------------------------ layer norm
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
-                  const Tensor& bias, double eps) {
-  GRADUS_PROFILE_OP("layer_norm");
-  if (AutocastInputs cast{"layer_norm", {&x, &weight, &bias}}) {
-    return layer_norm(cast[0], normalized_shape, cast[1], cast[2], eps);
-  }
-  const char* op = "layer_norm";
+// ------------------------------------------------------------------------- layer norm, rms norm
+namespace {
+// One kernel for both: layer norm centres each row (and may add a bias); RMS norm does not (the
+// backend is given no mean to write).
+Tensor normalize_rows(const char* op, const Tensor& x, const Shape& normalized_shape,
+                      const Tensor& weight, const Tensor& bias, double eps, bool centred) {
   check_defined(op, {&x});
   check_same_device(op, {&x, &weight, &bias});
   check_floating(op, x);
@@ -169,17 +167,17 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   for (int64_t i = 0; trailing_match && i < k; ++i) {
     trailing_match = x.size(x.dim() - k + i) == normalized_shape[i];
   }
-  GRADUS_CHECK(trailing_match, ShapeError, "layer_norm: normalized_shape ",
-               shape_str(normalized_shape), " does not match the trailing dimensions of input ",
-               shape_str(x.sizes()));
+  GRADUS_CHECK(trailing_match, ShapeError, op, ": normalized_shape ", shape_str(normalized_shape),
+               " does not match the trailing dimensions of input ", shape_str(x.sizes()));
   for (const Tensor* t : {&weight, &bias}) {
     if (!t->defined()) continue;
-    GRADUS_CHECK(t->sizes() == normalized_shape, ShapeError,
-                 "layer_norm: ", t == &weight ? "weight" : "bias", " must have shape ",
-                 shape_str(normalized_shape), " (the normalized_shape), got ",
-                 shape_str(t->sizes()));
+    GRADUS_CHECK(t->sizes() == normalized_shape, ShapeError, op, ": ",
+                 t == &weight ? "weight" : "bias", " must have shape ", shape_str(normalized_shape),
+                 " (the normalized_shape), got ", shape_str(t->sizes()));
     check_floating(op, *t, t == &weight ? "weight" : "bias");
   }
+  GRADUS_CHECK(std::isfinite(eps) && eps >= 0, ValueError, op,
+               ": eps must be finite and >= 0, got ", eps);
   const int64_t cols = shape_numel(normalized_shape);
   int64_t rows = 1;
   for (int64_t i = 0; i < x.dim() - k; ++i) rows *= x.size(i);
@@ -190,7 +188,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   const Tensor b1 = b.defined() ? b.as_strided_raw({cols}, {1}, b.offset()) : Tensor();
   const DType sd = stat_dtype(x.dtype());
   Tensor out = new_empty({rows, cols}, x.dtype(), x.device());
-  Tensor mean = new_empty({rows}, sd, x.device()), rstd = new_empty({rows}, sd, x.device());
+  Tensor mean = centred ? new_empty({rows}, sd, x.device()) : Tensor();
+  Tensor rstd = new_empty({rows}, sd, x.device());
   if (out.numel() > 0) backend_of(x).layer_norm(x2, w1, b1, eps, out, mean, rstd);
   out = out.as_strided_raw(x.sizes(), contiguous_strides(x.sizes()), 0);
   return record(
@@ -215,34 +214,23 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
             needs[1] ? param_grad(gw, mw) : Tensor(), needs[2] ? param_grad(gb, mb) : Tensor()};
       });
 }
+}  // namespace
 
-// -------------------------------------------------------------------------------------- rms norm
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  GRADUS_PROFILE_OP("layer_norm");
+  if (AutocastInputs cast{"layer_norm", {&x, &weight, &bias}}) {
+    return layer_norm(cast[0], normalized_shape, cast[1], cast[2], eps);
+  }
+  return normalize_rows("layer_norm", x, normalized_shape, weight, bias, eps, true);
+}
+
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, double eps) {
   GRADUS_PROFILE_OP("rms_norm");
   if (AutocastInputs cast{"rms_norm", {&x, &weight}}) {
     return rms_norm(cast[0], normalized_shape, cast[1], eps);
   }
-  const char* op = "rms_norm";
-  check_defined(op, {&x});
-  check_same_device(op, {&x, &weight});
-  check_floating(op, x);
-  const int64_t k = static_cast<int64_t>(normalized_shape.size());
-  bool trailing_match = k >= 1 && k <= x.dim();
-  for (int64_t i = 0; trailing_match && i < k; ++i) {
-    trailing_match = x.size(x.dim() - k + i) == normalized_shape[i];
-  }
-  GRADUS_CHECK(trailing_match, ShapeError, "rms_norm: normalized_shape ",
-               shape_str(normalized_shape), " does not match the trailing dimensions of input ",
-               shape_str(x.sizes()));
-  GRADUS_CHECK(!weight.defined() || weight.sizes() == normalized_shape, ShapeError,
-               "rms_norm: weight must have shape ", shape_str(normalized_shape),
-               " (the normalized_shape), got ", shape_str(weight.sizes()));
-  GRADUS_CHECK(std::isfinite(eps) && eps >= 0, ValueError,
-               "rms_norm: eps must be finite and >= 0, got ", eps);
-  std::vector<int64_t> dims;
-  for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
-  const Tensor normalized = mul(x, rsqrt(add(mean(mul(x, x), dims, true), eps)));
-  return weight.defined() ? mul(normalized, weight) : normalized;
+  return normalize_rows("rms_norm", x, normalized_shape, weight, Tensor(), eps, false);
 }
 
 // ------------------------------------------------------------------------------------ dropout

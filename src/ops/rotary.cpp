@@ -1,4 +1,5 @@
 // Rotary position embeddings (RoPE): the cos/sin tables and their application to queries and keys.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -33,6 +34,26 @@ std::pair<Tensor, Tensor> rotary_tables(int64_t positions, int64_t head_dim, dou
           from_vector(s, {positions, half}, f64).to(options.device, options.dtype)};
 }
 
+namespace {
+// x [..., T, D] as the kernels' [B, H, T, D] view: a 4-D tensor with a unit-stride last dim as it
+// is (the heads of a [B, T, H, D] projection, transposed), anything else as a contiguous copy.
+Tensor as_bhtd(const Tensor& x) {
+  if (x.dim() == 4 && x.stride(3) == 1) return x;
+  const Tensor c = contiguous_raw(x);
+  const int64_t t = x.size(-2), d = x.size(-1);
+  return c.as_strided_raw({x.numel() / std::max<int64_t>(t * d, 1), 1, t, d}, {t * d, t * d, d, 1},
+                          c.offset());
+}
+
+// The rotation of x by the tables' angles (or minus them), contiguous in x's shape.
+Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse) {
+  const Tensor v = as_bhtd(x);
+  Tensor out = new_empty(v.sizes(), x.dtype(), x.device());
+  if (out.numel() > 0) backend_of(x).rotary_embedding(v, cos, sin, inverse, out);
+  return out.as_strided_raw(x.sizes(), contiguous_strides(x.sizes()), 0);
+}
+}  // namespace
+
 Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   GRADUS_PROFILE_OP("rotary_embedding");
   const char* op = "rotary_embedding";
@@ -47,11 +68,19 @@ Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
     GRADUS_CHECK(table->dim() == 2 && table->size(0) == t && table->size(1) == half, ShapeError,
                  "rotary_embedding: ", table == &cos ? "cos" : "sin", " must be [", t, ", ", half,
                  "] for x ", shape_str(x.sizes()), ", got ", shape_str(table->sizes()));
+    GRADUS_CHECK(!(is_grad_enabled() && table->requires_grad()), ValueError,
+                 "rotary_embedding: ", table == &cos ? "cos" : "sin",
+                 " requires a gradient, and the tables are constants (no gradient flows to them)");
   }
-  const int64_t last = x.dim() - 1;
-  const Tensor c = cos.to(x.dtype()), s = sin.to(x.dtype());
-  const Tensor x1 = x.narrow(last, 0, half), x2 = x.narrow(last, half, half);
-  return cat({sub(mul(x1, c), mul(x2, s)), add(mul(x2, c), mul(x1, s))}, last);
+  // The tables in x's dtype, contiguous (a no-op for the cached ones of nn::RotaryCache).
+  const Tensor c = contiguous_raw(cast_raw(cos, x.dtype())),
+               s = contiguous_raw(cast_raw(sin, x.dtype()));
+  const Tensor out = rotate(x, c, s, false);
+  // The rotation is orthogonal: its backward is the rotation by minus the angle.
+  return record(op, out, {x},
+                [sc = SavedTensor(c), ss = SavedTensor(s)](const TensorList& g, const NeedsGrad&) {
+                  return TensorList{rotate(g[0], sc.get(), ss.get(), true)};
+                });
 }
 
 }  // namespace gradus

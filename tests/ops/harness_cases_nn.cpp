@@ -1,7 +1,7 @@
 // Harness table: softmax / log_softmax, losses (cross_entropy with label smoothing, ignore_index
 // and class weights, nll_loss, mse_loss, binary_cross_entropy_with_logits), conv2d, pooling,
-// batch_norm (train and eval), layer_norm, rms_norm, rotary_embedding, dropout (deterministic settings; the training
-// statistics have their own test in harness_test.cpp).
+// batch_norm (train and eval), layer_norm, rms_norm, rotary_embedding, dropout (deterministic
+// settings; the training statistics have their own test in harness_test.cpp).
 #include "ops/harness.h"
 
 namespace gradus::harness {
@@ -263,22 +263,28 @@ std::vector<OpCase> nn_cases() {
   // --------------------------------------------------------------------------------- rms_norm
   c.push_back(op("rms_norm", {f({4, 6}), range({6}, 0.5, 1.5)},
                  [](const Inputs& x) { return rms_norm(x[0], {6}, x[1], 1e-5); }));
-  c.push_back(op("rms_norm_2d_shape", {f({2, 3, 4}), range({3, 4}, 0.5, 1.5)},
-                 [](const Inputs& x) { return rms_norm(x[0], {3, 4}, x[1]); }));
-  c.push_back(op("rms_norm_no_weight", {f({3, 5})},
-                 [](const Inputs& x) { return rms_norm(x[0], {5}); }));
+  c.push_back(op("rms_norm_2d_shape", {f({2, 3, 4}), range({3, 4}, 0.5, 1.5)}, [](const Inputs& x) {
+    return rms_norm(x[0], {3, 4}, x[1]);
+  }));
+  c.push_back(
+      op("rms_norm_no_weight", {f({3, 5})}, [](const Inputs& x) { return rms_norm(x[0], {5}); }));
   c.push_back(op("rms_norm_noncontig", {f({5, 4}, L::transposed), range({4}, 0.5, 1.5)},
                  [](const Inputs& x) { return rms_norm(x[0], {4}, x[1]); }));
 
   // ------------------------------------------------------------------------- rotary_embedding
-  // q/k heads [B, H, T, D] (as a [B, T, H, D] projection transposed: not contiguous) rotated by
-  // tables of positions 0..T-1; the tables carry gradients too.
-  c.push_back(op("rotary_embedding", {f({2, 3, 5, 8}), f({5, 4}), f({5, 4})},
-                 [](const Inputs& x) { return rotary_embedding(x[0], x[1], x[2]); }));
-  c.push_back(op("rotary_embedding_heads_transposed", {f({2, 5, 3, 4}), f({5, 2}), f({5, 2})},
-                 [](const Inputs& x) {
-                   return rotary_embedding(x[0].transpose(1, 2), x[1], x[2]);
-                 }));
+  // q/k heads [B, H, T, D] (also as a [B, T, H, D] projection transposed: not contiguous, and as
+  // 3-D rows) rotated by the tables of positions 0..T-1 (constants, as in a model).
+  auto rope = [](int64_t t, int64_t d) {
+    return [t, d](const Inputs& x) {
+      const auto [cos, sin] =
+          rotary_tables(t, d, 100.0, {.dtype = x[0].dtype(), .device = x[0].device()});
+      return rotary_embedding(x[0], cos, sin);
+    };
+  };
+  c.push_back(op("rotary_embedding", {f({2, 3, 5, 8})}, rope(5, 8)));
+  c.push_back(op("rotary_embedding_heads_transposed", {f({2, 5, 3, 4})},
+                 [rope](const Inputs& x) { return rope(5, 4)({x[0].transpose(1, 2)}); }));
+  c.push_back(op("rotary_embedding_rows", {f({3, 7, 6})}, rope(7, 6)));
 
   // -------------------------------------------------------------------------------- attention
   // The fused kernel; attention_test.cpp also checks it against the composite it replaces.

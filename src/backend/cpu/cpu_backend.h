@@ -104,6 +104,8 @@ class CpuBackend final : public Backend {
                const Tensor& mask) override;
 
   // attention.cpp
+  void rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse,
+                        const Tensor& out) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                  const Tensor& lse, const AttentionArgs& args) override;
   void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,

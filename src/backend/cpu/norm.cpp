@@ -1,6 +1,7 @@
-// Layer norm over the columns of [rows, cols] and batch norm over (N, S) of [N, C, S], with their
-// backwards. Statistics are two-pass (mean, then centred squares) with sums in double, so float32
-// results do not drift with large rows or batches. Half types are computed in float32 copies.
+// Layer norm (and RMS norm: no mean) over the columns of [rows, cols] and batch norm over (N, S) of
+// [N, C, S], with their backwards. Statistics are two-pass (mean, then centred squares) with sums
+// in double, so float32 results do not drift with large rows or batches. Half types are computed in
+// float32 copies.
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -50,10 +51,11 @@ void layer_norm_fwd(const T* x, const T* w, const T* b, double eps, T* y, T* mea
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * cols;
       T* yr = y + r * cols;
-      const double m = sum_d(xr, cols) / static_cast<double>(cols);
+      // (Without a mean: RMS normalisation, about 0.)
+      const double m = mean ? sum_d(xr, cols) / static_cast<double>(cols) : 0.0;
       const double var = sq_dev_d(xr, cols, m) / static_cast<double>(cols);
       const T mt = static_cast<T>(m), rs = static_cast<T>(1.0 / std::sqrt(var + eps));
-      mean[r] = mt;
+      if (mean) mean[r] = mt;
       rstd[r] = rs;
       if (w && b) {
 #pragma omp simd
@@ -82,7 +84,7 @@ void layer_norm_bwd(const T* g, const T* x, const T* w, const T* mean, const T* 
         const T* gr = g + r * cols;
         const T* xr = x + r * cols;
         T* out = gx + r * cols;
-        const T m = mean[r], rs = rstd[r];
+        const T m = mean ? mean[r] : T(0), rs = rstd[r];
         double a = 0, bsum = 0;
 #pragma omp simd reduction(+ : a, bsum)
         for (int64_t c = 0; c < cols; ++c) {
@@ -90,7 +92,8 @@ void layer_norm_bwd(const T* g, const T* x, const T* w, const T* mean, const T* 
           a += static_cast<double>(gw_);
           bsum += static_cast<double>(gw_ * (xr[c] - m) * rs);
         }
-        const T ma = static_cast<T>(a / static_cast<double>(cols));
+        // (RMS normalisation has no mean to differentiate through.)
+        const T ma = mean ? static_cast<T>(a / static_cast<double>(cols)) : T(0);
         const T mb = static_cast<T>(bsum / static_cast<double>(cols));
 #pragma omp simd
         for (int64_t c = 0; c < cols; ++c) {
@@ -118,7 +121,7 @@ void layer_norm_bwd(const T* g, const T* x, const T* w, const T* mean, const T* 
                    for (int64_t r = k * chunk_rows; r < std::min(rows, (k + 1) * chunk_rows); ++r) {
                      const T* gr = g + r * cols;
                      const T* xr = x + r * cols;
-                     const T m = mean[r], rs = rstd[r];
+                     const T m = mean ? mean[r] : T(0), rs = rstd[r];
 #pragma omp simd
                      for (int64_t c = 0; c < cols; ++c) {
                        sw[c] += static_cast<double>(gr[c] * ((xr[c] - m) * rs));
@@ -237,7 +240,7 @@ void batch_norm_bwd(const T* g, const T* x, const T* w, const T* save_mean, cons
 
 void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                             const Tensor& out, const Tensor& mean, const Tensor& rstd) {
-  const int64_t rows = mean.numel();
+  const int64_t rows = rstd.numel();
   if (rows == 0 || x.numel() == 0) return;
   const int64_t cols = x.numel() / rows;
   F32Args f{*this, {}};
@@ -245,8 +248,8 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
   const Tensor of = f.out(out), mf = f.out(mean), rf = f.out(rstd);
   dispatch_f(xf.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    layer_norm_fwd(xf.data_ptr<T>(), ptr<T>(wf), ptr<T>(bf), eps, of.data_ptr<T>(),
-                   mf.data_ptr<T>(), rf.data_ptr<T>(), rows, cols);
+    layer_norm_fwd(xf.data_ptr<T>(), ptr<T>(wf), ptr<T>(bf), eps, of.data_ptr<T>(), mut_ptr<T>(mf),
+                   rf.data_ptr<T>(), rows, cols);
   });
   f.finish();
 }
@@ -254,7 +257,7 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
 void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
                                      const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
                                      const Tensor& grad_weight, const Tensor& grad_bias) {
-  const int64_t rows = mean.numel();
+  const int64_t rows = rstd.numel();
   if (rows == 0 || x.numel() == 0) {
     if (grad_weight.defined()) fill(grad_weight, 0.0);
     if (grad_bias.defined()) fill(grad_bias, 0.0);
@@ -267,8 +270,8 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, co
   const Tensor gxf = f.out(grad_x), gwf = f.out(grad_weight), gbf = f.out(grad_bias);
   dispatch_f(xf.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    layer_norm_bwd(gf.data_ptr<T>(), xf.data_ptr<T>(), ptr<T>(wf), mf.data_ptr<T>(),
-                   rf.data_ptr<T>(), mut_ptr<T>(gxf), mut_ptr<T>(gwf), mut_ptr<T>(gbf), rows, cols);
+    layer_norm_bwd(gf.data_ptr<T>(), xf.data_ptr<T>(), ptr<T>(wf), ptr<T>(mf), rf.data_ptr<T>(),
+                   mut_ptr<T>(gxf), mut_ptr<T>(gwf), mut_ptr<T>(gbf), rows, cols);
   });
   f.finish();
 }

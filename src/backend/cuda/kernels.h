@@ -102,6 +102,17 @@ void launch_attention_score_grad(const AttentionShape& s, const AttentionArgs& a
 void launch_attention_delta(const AttentionShape& s, const void* grad_out, const void* out,
                             void* delta, DType dtype, cudaStream_t stream);
 
+// ---------------------------------------------------------------------------- rotary.cu
+struct RotaryArgs {
+  DType dtype = DType::f32;
+  int64_t b = 0, h = 0, t = 0, d = 0;  // x [B, H, T, D]
+  int64_t sb = 0, sh = 0, st = 0;      // its strides (the last dim is unit-stride)
+  bool inverse = false;                // rotate by minus the angle (the backward)
+};
+// out [B, H, T, D] contiguous; cos, sin [T, D / 2] contiguous, all of a.dtype.
+void launch_rotary_embedding(const RotaryArgs& a, const void* x, const void* cos, const void* sin,
+                             void* out, cudaStream_t stream);
+
 // ---------------------------------------------------------------------------- softmax.cu
 // Contiguous [rows, cols]; x / out / grads one dtype.
 void launch_softmax(const void* x, void* out, DType dtype, int64_t rows, int64_t cols, bool log,

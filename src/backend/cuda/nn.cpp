@@ -59,8 +59,8 @@ NormBackward stage_norm_backward(CudaBackend& be, Outs& o, const Tensor& grad_ou
   b.grad = contiguous_as(be, grad_out, t);
   b.x = contiguous_as(be, x);
   b.weight = contiguous_as(be, weight);
-  b.mean = contiguous_as(be, mean);
-  b.rstd = contiguous_as(be, rstd, mean.dtype());
+  b.rstd = contiguous_as(be, rstd);
+  b.mean = mean.defined() ? contiguous_as(be, mean, rstd.dtype()) : Tensor();  // none: RMS norm
   b.grad_x = o.get(grad_x, t);
   b.grad_weight = o.get(grad_weight, b.pdt);
   b.grad_bias = o.get(grad_bias, b.pdt);
@@ -68,9 +68,9 @@ NormBackward stage_norm_backward(CudaBackend& be, Outs& o, const Tensor& grad_ou
   b.args.x = b.x.raw_data();
   b.args.weight = ptr(b.weight);
   b.args.weight_dtype = dt(b.weight, t);
-  b.args.mean = b.mean.raw_data();
+  b.args.mean = ptr(b.mean);
   b.args.rstd = b.rstd.raw_data();
-  b.args.stat_dtype = mean.dtype();
+  b.args.stat_dtype = rstd.dtype();
   return b;
 }
 
@@ -194,17 +194,44 @@ void CudaBackend::cross_entropy_backward(const Tensor& grad_loss, const Tensor& 
   o.finish();
 }
 
+// ------------------------------------------------------------------------------- rotary
+void CudaBackend::rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                                   bool inverse, const Tensor& out) {
+  if (out.numel() == 0) return;
+  DeviceGuard guard(out);
+  Outs o{*this, {}};
+  const DType t = out.dtype();
+  // x keeps its (B, H, T) strides; a non-unit last dim or another dtype is copied first.
+  const Tensor xc = x.dtype() == t && x.stride(3) == 1 ? x : contiguous_as(*this, x, t);
+  const Tensor cc = contiguous_as(*this, cos, t), sc = contiguous_as(*this, sin, t);
+  const Tensor oc = o.get(out);
+  RotaryArgs a;
+  a.dtype = t;
+  a.b = xc.size(0);
+  a.h = xc.size(1);
+  a.t = xc.size(2);
+  a.d = xc.size(3);
+  a.sb = xc.stride(0);
+  a.sh = xc.stride(1);
+  a.st = xc.stride(2);
+  a.inverse = inverse;
+  launch_rotary_embedding(a, xc.raw_data(), cc.raw_data(), sc.raw_data(), oc.raw_data(),
+                          stream_of(out.device().index()));
+  o.finish();
+}
+
 // ------------------------------------------------------------------------------- norms
 void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                              const Tensor& out, const Tensor& mean, const Tensor& rstd) {
-  const int64_t rows = mean.numel();
+  const int64_t rows = rstd.numel();
   if (rows == 0 || x.numel() == 0) return;
   DeviceGuard guard(x);
   const int64_t cols = x.numel() / rows;
   Outs o{*this, {}};
   const Tensor xc = contiguous_as(*this, x), wc = contiguous_as(*this, weight),
                bc = contiguous_as(*this, bias);
-  const Tensor oc = o.get(out, x.dtype()), mc = o.get(mean), rc = o.get(rstd, mean.dtype());
+  const Tensor oc = o.get(out, x.dtype()), rc = o.get(rstd);
+  const Tensor mc = mean.defined() ? o.get(mean, rstd.dtype()) : Tensor();  // none: RMS norm
   NormArgs a;
   a.dtype = x.dtype();
   a.x = xc.raw_data();
@@ -213,9 +240,9 @@ void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor
   a.bias = ptr(bc);
   a.bias_dtype = dt(bc, a.dtype);
   a.out = oc.raw_data();
-  a.mean = mc.raw_data();
+  a.mean = ptr(mc);
   a.rstd = rc.raw_data();
-  a.stat_dtype = mean.dtype();
+  a.stat_dtype = rstd.dtype();
   a.eps = eps;
   launch_layer_norm(a, rows, cols, stream_of(x.device().index()));
   o.finish();
@@ -224,7 +251,7 @@ void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor
 void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
                                       const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
                                       const Tensor& grad_weight, const Tensor& grad_bias) {
-  const int64_t rows = mean.numel();
+  const int64_t rows = rstd.numel();
   if (rows == 0 || x.numel() == 0) {
     if (grad_weight.defined()) fill(grad_weight, 0.0);
     if (grad_bias.defined()) fill(grad_bias, 0.0);

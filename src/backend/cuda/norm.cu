@@ -32,9 +32,12 @@ __global__ void __launch_bounds__(kBlock)
   const int first = warp ? (threadIdx.x & 31) : threadIdx.x;
   const int step = warp ? 32 : blockDim.x;
   const T* xr = static_cast<const T*>(a.x) + row * cols;
-  double s = 0;
-  for (int64_t c = first; c < cols; c += step) s += static_cast<double>(load(xr + c));
-  const double m = row_sum(s, warp, sh) / static_cast<double>(cols);
+  double m = 0;  // RMS normalisation (no mean): about 0
+  if (a.mean != nullptr) {
+    double s = 0;
+    for (int64_t c = first; c < cols; c += step) s += static_cast<double>(load(xr + c));
+    m = row_sum(s, warp, sh) / static_cast<double>(cols);
+  }
   double q = 0;
   for (int64_t c = first; c < cols; c += step) {
     const double d = static_cast<double>(load(xr + c)) - m;
@@ -55,7 +58,7 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// gx = rstd * (g w - mean(g w) - xhat * mean(g w xhat))
+// gx = rstd * (g w - mean(g w) - xhat * mean(g w xhat)); without a mean (RMS), no mean(g w).
 template <typename T>
 __global__ void __launch_bounds__(kBlock)
     layer_norm_backward_dx(NormArgs a, const T* g, T* gx, int64_t rows, int64_t cols) {
@@ -79,7 +82,8 @@ __global__ void __launch_bounds__(kBlock)
   }
   sa = row_sum(sa, warp, sh);
   sb = row_sum(sb, warp, sh);
-  const C ma = static_cast<C>(sa / static_cast<double>(cols));
+  // (RMS normalisation has no mean to differentiate through.)
+  const C ma = a.mean != nullptr ? static_cast<C>(sa / static_cast<double>(cols)) : C(0);
   const C mb = static_cast<C>(sb / static_cast<double>(cols));
   T* out = gx + row * cols;
   for (int64_t c = first; c < cols; c += step) {
