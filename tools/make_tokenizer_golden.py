@@ -75,6 +75,9 @@ TEXTS = [
     "a [MASK] b   [MASK]c",
     "x<sep>   y <sep>z",
     "Romeo, Romeo! wherefore art thou Romeo? Romeos",
+    # single_word: is the next character a word character as Rust's regex \w has it (marks and
+    # joiners are, unlike PCRE2's \w)?
+    ", Romeo\u0301 , Romeo\u200d , Romeo_ , Romeo\u00bd , Romeo\u216b , Romeo\u0663",
     "punctuation!!! ...??? (brackets) [x] {y} <z> ~~~ ___ ---",
     "mixed123abc 123abc abc123 _under_score_",
     "trailing newline\n",

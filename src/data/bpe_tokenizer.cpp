@@ -318,7 +318,7 @@ struct BpeTokenizer::Impl {
   AddedSet raw_set, normalized_set;  // tokenizers' two passes: normalized false, then true
   pcre2_code* re = nullptr;
   bool jit = false;
-  pcre2_code* word_re = nullptr;  // \w, for single_word tokens
+  pcre2_code* word_re = nullptr;  // Rust's \w, for single_word tokens
   bool cuts = false;
   std::array<bool, 256> added_last{};    // last byte of some added token
   std::array<bool, 256> lstrip_first{};  // first byte of some lstrip token
@@ -761,7 +761,12 @@ std::shared_ptr<const Impl> build(std::string source, const Options& options,
 
   t.re = compile(gpt2_pattern(), 0, t.source);
   t.jit = pcre2_jit_compile(t.re, PCRE2_JIT_COMPLETE) == 0;
-  if (single_word) t.word_re = compile("\\w", PCRE2_ANCHORED, t.source);
+  // Rust's regex \w (tokenizers' single_word test): Alphabetic, marks, decimal digits, connector
+  // punctuation and the joiners. (PCRE2's \w is letters, numbers and '_'.)
+  if (single_word) {
+    t.word_re = compile("[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]", PCRE2_ANCHORED,
+                        t.source);
+  }
   t.cuts = options.use_regex && !newline_in_added;
   return impl;
 }
