@@ -13,7 +13,8 @@ For each, `hf_llama_kv<N>/` is transformers' save_pretrained directory (float32)
 those weights: "input" [2, T] token ids with T = 20 beyond max_position_embeddings (16), so RoPE
 is checked past the training context; "target", "logits", "loss", "grad.<name>" for every
 parameter and "adamw.step1.<name>" after one AdamW step. Names and layouts are transformers'
-(which are gradus's).
+(which are gradus's). `eval_tokens.bin` and `eval.json`: a token file and the mean loss over its
+windows of 8 tokens (gradus eval's definition) of hf_llama_kv2 and hf_gpt2, by transformers.
 
 The float64 reference computes RMSNorm, the RoPE angles and the attention softmax in float64
 (RMSNorm and RoPE patched, attention through "sdpa"): transformers computes all three in float32
@@ -89,6 +90,37 @@ def write(out_dir, kv_heads, tied, bias, seed):
     print("wrote", hf_dir, f"and llama_kv{kv_heads}.safetensors")
 
 
+def window_loss(model, tokens, context):
+    """gradus eval's definition: window i feeds tokens [i c, (i + 1) c) and predicts the next."""
+    windows = (tokens.numel() - 1) // context
+    x = torch.stack([tokens[i * context:(i + 1) * context] for i in range(windows)])
+    y = torch.stack([tokens[i * context + 1:(i + 1) * context + 1] for i in range(windows)])
+    with torch.no_grad():
+        logits = model(x).logits
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             y.reshape(-1)).item(), windows
+
+
+def write_eval(out_dir):
+    """eval_tokens.bin (uint16) and eval.json: the windows' mean loss of the committed Llama
+    (hf_llama_kv2) and GPT-2 (hf_gpt2) directories, computed by transformers in float64."""
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(4)
+    tokens = torch.randint(0, 97, (203,))  # below both vocabularies (101, 97)
+    tokens.numpy().astype("uint16").tofile(os.path.join(out_dir, "eval_tokens.bin"))
+    result = {"context": 8}
+    for name in ("hf_llama_kv2", "hf_gpt2"):
+        model = AutoModelForCausalLM.from_pretrained(os.path.join(out_dir, name),
+                                                     attn_implementation="sdpa",
+                                                     dtype=torch.float64).eval()
+        loss, windows = window_loss(model, tokens, 8)
+        result[name] = {"val_loss": loss, "windows": windows}
+    with open(os.path.join(out_dir, "eval.json"), "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    print("wrote eval_tokens.bin and eval.json")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests",
@@ -99,6 +131,7 @@ def main():
     write(args.out, kv_heads=1, tied=False, bias=False, seed=1)
     write(args.out, kv_heads=2, tied=False, bias=False, seed=2)
     write(args.out, kv_heads=4, tied=True, bias=True, seed=3)
+    write_eval(args.out)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@
 #include "gradus/optim/adam.h"
 #include "gradus/train/profiling.h"
 #include "gradus/train/step_graph.h"
+#include "language_model.h"
 #include "run_monitor.h"
 #include "timing.h"
 
@@ -158,10 +159,14 @@ int compare_devices(const BenchOptions& o) {
 
 namespace {
 
-// A GPT training step (AdamW, like `gradus train --model gpt`) on random token windows.
-int bench_gpt(const BenchOptions& o, Device device) {
-  const nn::GPTConfig config = gpt_config(o.gpt, o.vocab_size);
-  nn::GPT model(config);
+// A language model's training step (AdamW, like `gradus train --model gpt|llama`) on random
+// token windows.
+int bench_language_model(const BenchOptions& o, Device device) {
+  GRADUS_CHECK(o.model == "llama" || (o.gpt.kv_heads == 0 && o.gpt.ffn_width == 0), ValueError,
+               "bench: --kv-heads and --ffn-width apply to --model llama");
+  const LanguageModelSpec spec = spec_from_shape(o.model, o.gpt, o.vocab_size);
+  const std::shared_ptr<nn::Module> made = spec.make();
+  nn::Module& model = *made;
   model.to(device);
   model.train();
   optim::AdamW optimizer(model.parameters());
@@ -171,7 +176,8 @@ int bench_gpt(const BenchOptions& o, Device device) {
     ys.push_back(randint(0, o.vocab_size, {o.batch_size, o.gpt.context}, {DType::i64, device}));
   }
   const std::optional<DType> amp = amp_option(o.amp);
-  GRADUS_CHECK(amp != DType::f16, ValueError, "bench: --model gpt supports --amp off or bf16");
+  GRADUS_CHECK(amp != DType::f16, ValueError, "bench: --model ", o.model,
+               " supports --amp off or bf16");
   size_t next = 0;
   double loss_value = 0;
   const std::unique_ptr<monitor::DeviceMonitor> energy = make_energy_monitor(device);
@@ -181,7 +187,7 @@ int bench_gpt(const BenchOptions& o, Device device) {
     {
       amp::Autocast autocast(amp.value_or(DType::bf16), amp.has_value());
       const Tensor logits = model(xs[i]);
-      loss = cross_entropy(logits.reshape({-1, config.vocab_size}), ys[i].reshape({-1}));
+      loss = cross_entropy(logits.reshape({-1, o.vocab_size}), ys[i].reshape({-1}));
     }
     loss.backward();
     optimizer.step();
@@ -194,13 +200,14 @@ int bench_gpt(const BenchOptions& o, Device device) {
   const double ms = median(times);
   nlohmann::ordered_json out = {
       {"benchmark", "train_step"},
-      {"model", "gpt"},
+      {"model", o.model},
       {"parameters", model.num_parameters()},
-      {"layers", config.n_layer},
-      {"heads", config.n_head},
-      {"width", config.n_embd},
-      {"context", config.block_size},
-      {"vocab_size", config.vocab_size},
+      {"layers", o.gpt.layers},
+      {"heads", o.gpt.heads},
+      {"kv_heads", o.model == "llama" ? spec.llama.n_kv_head : o.gpt.heads},
+      {"width", o.gpt.width},
+      {"context", o.gpt.context},
+      {"vocab_size", o.vocab_size},
       {"batch_size", o.batch_size},
       {"threads", get_num_threads()},
       {"device", device.str()},
@@ -227,7 +234,7 @@ int run_bench(const BenchOptions& o) {
   const Device device = resolve_device(o.device);
   if (o.roofline) return bench_roofline(o, device);
   if (o.gemm > 0) return bench_gemm(o, device);
-  if (o.model == "gpt") return bench_gpt(o, device);
+  if (o.model == "gpt" || o.model == "llama") return bench_language_model(o, device);
 
   const std::string name = bench_model_name(o.model);
   const std::optional<DType> amp = amp_option(o.amp);

@@ -21,6 +21,7 @@
 #include "gradus/nn/models.h"
 #include "gradus/optim/adam.h"
 #include "gradus/train/strategy.h"
+#include "language_model.h"
 #include "timing.h"
 
 namespace gradus::cli {
@@ -70,14 +71,14 @@ int run_bench_dist(const BenchOptions& o) {
   const int64_t per_rank = o.batch_size / world.size;
 
   manual_seed(o.seed);  // the same initial model on every rank
-  // The GPT (AdamW, as `gradus bench --model gpt` and `train --model gpt`) on token windows of
-  // --context; the image models (Adam) on 28x28 images.
-  const bool gpt = o.model == "gpt";
+  // The language models (AdamW, as `gradus bench --model gpt|llama` and `train`) on token
+  // windows of --context; the image models (Adam) on 28x28 images.
+  const bool gpt = o.model == "gpt" || o.model == "llama";
   const std::string name = o.model == "mlp"   ? "mlp-bench"
                            : o.model == "cnn" ? "cnn-bench"
                                               : o.model;
   std::shared_ptr<nn::Module> model =
-      gpt ? std::make_shared<nn::GPT>(gpt_config(o.gpt, o.vocab_size)) : nn::make_model(name);
+      gpt ? spec_from_shape(o.model, o.gpt, o.vocab_size).make() : nn::make_model(name);
   model->to(device);
   model->train();
   const std::unique_ptr<train::Strategy> strategy = train::make_strategy(

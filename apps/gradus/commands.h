@@ -27,6 +27,10 @@ struct GptShape {
   int64_t layers = 4;
   int64_t heads = 4;
   int64_t width = 128;
+  // --model llama only (train): grouped-query attention, the SwiGLU width, RoPE's base.
+  int64_t kv_heads = 0;   // 0: --heads
+  int64_t ffn_width = 0;  // 0: 2/3 of 4 --width, rounded up to a multiple of 32
+  double rope_theta = 10000.0;
 };
 
 struct TrainOptions {
@@ -101,6 +105,8 @@ struct TrainOptions {
   double min_lr = 1e-4;       // the cosine schedule's floor
   double beta2 = 0.99;        // AdamW's second-moment decay
   double grad_clip = 1.0;     // max global gradient norm (0: off)
+  std::string save_hf;        // a Hugging Face directory of the trained language model
+  std::string tokenizer;      // --data text: a byte-level BPE tokenizer's directory
   bool print_config = false;  // --print-config: print the effective options as TOML and exit
   // The long names of the options given (command line or --config), without dashes: a task
   // refuses any of them it would not honour (refuse_options_not_in).
@@ -112,7 +118,8 @@ int run_train_lm(const TrainOptions& o);
 void add_model_parallel_options(CLI::App& train, TrainOptions& o);
 
 struct GenerateOptions {
-  std::string checkpoint;  // a --save file of `gradus train --model gpt`
+  std::string checkpoint;  // a --save file of `gradus train --model gpt|llama`, or a HF directory
+  std::string tokenizer;   // overrides the checkpoint's own
   std::string prompt = "\n";
   int64_t tokens = 300;
   double temperature = 0.8;
@@ -127,9 +134,29 @@ void add_lm_train_options(CLI::App& train, TrainOptions& o);
 // --augment and --augment-padding (train_augment.cpp).
 void add_augment_options(CLI::App& train, TrainOptions& o);
 void add_gpt_shape_options(CLI::App& command, GptShape& shape);
+// --kv-heads, --ffn-width, --rope-theta (--model llama).
+void add_llama_shape_options(CLI::App& command, GptShape& shape);
 // The GPT of a shape and vocabulary (train, bench and bench --dist build the same one).
 nn::GPTConfig gpt_config(const GptShape& shape, int64_t vocab_size, double dropout = 0.0);
 void add_generate_command(CLI::App& app, GenerateOptions& o);
+
+struct EvalOptions {
+  std::string checkpoint;  // a --save file or a Hugging Face directory
+  std::string model;       // image models: which one (language models name themselves)
+  std::string data = "tokens";
+  std::string data_file, data_dir;
+  std::string tokenizer;  // --data text: overrides the checkpoint's own
+  int64_t limit = 0;      // image models: the first N test images
+  int64_t context = 0;    // 0: the model's context
+  int64_t batch_size = 8;
+  std::string amp = "off";
+  std::string device = "auto";
+  int threads = 0;
+  bool json = false;
+};
+// Prints val_loss= and perplexity= (a language model) or loss= and accuracy= (an image model).
+int run_eval(const EvalOptions& o);
+void add_eval_command(CLI::App& app, EvalOptions& o);
 
 struct InspectOptions {
   std::string path;

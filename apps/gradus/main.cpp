@@ -211,13 +211,14 @@ void add_train(CLI::App& app, TrainOptions& o) {
       ->configurable(false);
   std::vector<std::string> models = gradus::nn::model_names();
   models.push_back("gpt");
+  models.push_back("llama");
   c->add_option("--model", o.model,
                 "Model: mlp, cnn, resnet20, resnet18 (images; also mlp-bench, mlp-large, "
-                "cnn-bench) or gpt (text)")
+                "cnn-bench), gpt or llama (text)")
       ->check(CLI::IsMember(models))
       ->capture_default_str();
   c->add_option("--data", o.data,
-                "Dataset: fashion-mnist or mnist (images), text or tokens (--model gpt)")
+                "Dataset: fashion-mnist or mnist (images), text or tokens (--model gpt|llama)")
       ->check(CLI::IsMember({"fashion-mnist", "mnist", "text", "tokens"}))
       ->capture_default_str();
   gradus::cli::add_lm_train_options(*c, o);
@@ -232,8 +233,9 @@ void add_train(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   c->add_option("--init-from", o.init_from,
                 "Start from these weights (a .safetensors file with the model's state_dict "
-                "names, e.g. an earlier run's --save); with --freeze, fine-tunes the rest")
-      ->check(CLI::ExistingFile);
+                "names, e.g. an earlier run's --save, or for gpt/llama a Hugging Face directory, "
+                "whose config.json sets the shape); with --freeze, fine-tunes the rest")
+      ->check(CLI::ExistingPath);
   c->add_option("--freeze", o.freeze,
                 "Freeze the parameters whose names start with PREFIX (e.g. features. or 0.; "
                 "repeatable): no gradient, no update, batch norms under them kept in eval mode")
@@ -388,11 +390,13 @@ void add_bench(CLI::App& app, BenchOptions& o) {
   CLI::App* c = app.add_subcommand(
       "bench", "Time full training steps (forward, loss, backward, Adam) or an SGEMM");
   c->add_option("--model", o.model,
-                "mlp (784-128-10), mlp-large (784-1024-1024-10), cnn, resnet20, resnet18 or gpt")
-      ->check(CLI::IsMember({"mlp", "mlp-large", "cnn", "resnet20", "resnet18", "gpt"}))
+                "mlp (784-128-10), mlp-large (784-1024-1024-10), cnn, resnet20, resnet18, gpt "
+                "or llama")
+      ->check(CLI::IsMember({"mlp", "mlp-large", "cnn", "resnet20", "resnet18", "gpt", "llama"}))
       ->capture_default_str();
   gradus::cli::add_gpt_shape_options(*c, o.gpt);
-  c->add_option("--vocab-size", o.vocab_size, "--model gpt: vocabulary size")
+  gradus::cli::add_llama_shape_options(*c, o.gpt);
+  c->add_option("--vocab-size", o.vocab_size, "--model gpt|llama: vocabulary size")
       ->check(kPositive)
       ->capture_default_str();
   c->add_option("--batch-size", o.batch_size, "Examples per step")
@@ -479,6 +483,8 @@ int main(int argc, char** argv) {
   gradus::cli::add_plot_command(app, plot);
   gradus::cli::GenerateOptions generate;
   gradus::cli::add_generate_command(app, generate);
+  gradus::cli::EvalOptions eval;
+  gradus::cli::add_eval_command(app, eval);
   gradus::cli::TokenizeOptions tokenize;
   gradus::cli::add_tokenize_command(app, tokenize);
   try {
@@ -515,6 +521,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("monitor")) return gradus::cli::run_monitor(monitor);
     if (app.got_subcommand("plot")) return gradus::cli::run_plot(plot);
     if (app.got_subcommand("generate")) return gradus::cli::run_generate(generate);
+    if (app.got_subcommand("eval")) return gradus::cli::run_eval(eval);
     if (app.got_subcommand("tokenize")) return gradus::cli::run_tokenize(tokenize);
     return gradus::cli::run_info(info_json);
   } catch (const std::bad_alloc&) {

@@ -66,13 +66,18 @@ std::string run_config_json(const TrainOptions& o, int threads, const std::strin
   if (!o.init_from.empty()) j["init_from"] = o.init_from;  // informational: --resume loads state
   // Not a strict key: recomputation gives the same gradients, so a run may resume with or without.
   if (o.grad_checkpoint > 0) j["grad_checkpoint"] = o.grad_checkpoint;
-  if (o.model == "gpt") {
+  if (o.model == "gpt" || o.model == "llama") {
     // The shape and the schedule's length change what the weights mean; the data file's name
     // does not (the same text may move).
     j["gpt"] = {{"context", o.gpt.context},
                 {"layers", o.gpt.layers},
                 {"heads", o.gpt.heads},
                 {"width", o.gpt.width}};
+    if (o.model == "llama") {
+      j["gpt"]["kv_heads"] = o.gpt.kv_heads;
+      j["gpt"]["ffn_width"] = o.gpt.ffn_width;
+      j["gpt"]["rope_theta"] = o.gpt.rope_theta;
+    }
     j["iters"] = o.iters;
     j["min_lr"] = o.min_lr;
     j["beta2"] = o.beta2;

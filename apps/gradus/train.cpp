@@ -62,7 +62,8 @@ struct TrainTask {
   int (*run)(const TrainOptions&);
 };
 constexpr TrainTask kTrainTasks[] = {
-    {"language-model", [](const TrainOptions& o) { return o.model == "gpt"; }, run_train_lm},
+    {"language-model", [](const TrainOptions& o) { return o.model == "gpt" || o.model == "llama"; },
+     run_train_lm},
     {"image-classification", [](const TrainOptions&) { return true; }, run_train_images},
 };
 

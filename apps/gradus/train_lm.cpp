@@ -9,6 +9,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -23,6 +24,7 @@
 #include "gradus/io/io.h"
 #include "gradus/train/strategy.h"
 #include "gradus/train/trainer.h"
+#include "language_model.h"
 #include "profile_cmd.h"
 #include "run_monitor.h"
 #include "run_state.h"
@@ -40,47 +42,6 @@ std::string read_file(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-std::string to_hex(const std::string& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out.push_back(digits[c >> 4]);
-    out.push_back(digits[c & 15]);
-  }
-  return out;
-}
-
-std::string from_hex(const std::string& hex) {
-  GRADUS_CHECK(hex.size() % 2 == 0, ValueError, "generate: malformed vocabulary in the checkpoint");
-  auto nibble = [](char c) {
-    GRADUS_CHECK(std::isxdigit(static_cast<unsigned char>(c)), ValueError,
-                 "generate: malformed vocabulary in the checkpoint");
-    return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
-  };
-  std::string out;
-  for (size_t i = 0; i < hex.size(); i += 2) {
-    out.push_back(static_cast<char>(nibble(hex[i]) * 16 + nibble(hex[i + 1])));
-  }
-  return out;
-}
-
-nlohmann::json config_json(const nn::GPTConfig& c) {
-  return {{"vocab_size", c.vocab_size}, {"block_size", c.block_size}, {"n_layer", c.n_layer},
-          {"n_head", c.n_head},         {"n_embd", c.n_embd},         {"bias", c.bias}};
-}
-
-nn::GPTConfig config_from_json(const nlohmann::json& j) {
-  nn::GPTConfig c;
-  c.vocab_size = j.at("vocab_size").get<int64_t>();
-  c.block_size = j.at("block_size").get<int64_t>();
-  c.n_layer = j.at("n_layer").get<int64_t>();
-  c.n_head = j.at("n_head").get<int64_t>();
-  c.n_embd = j.at("n_embd").get<int64_t>();
-  c.bias = j.at("bias").get<bool>();
-  c.dropout = 0.0;
-  return c;
 }
 
 // nanoGPT's schedule: linear warm-up to lr over `warmup` steps, then a half cosine to min_lr at
@@ -193,14 +154,27 @@ int run_train_lm(const TrainOptions& o) {
        "save", "dist", "dist-timeout", "checkpoint-dir", "checkpoint-every", "keep-checkpoints",
        "resume", "resume-or-start", "stop-after-steps", "freeze", "init-from", "memory-limit",
        "deterministic", "detect-anomaly", "optimizer", "scheduler", "tp", "pp", "micro-batches",
-       "schedule", "grad-accum"});
-  GRADUS_CHECK(!o.given.count("optimizer") || o.optimizer == "adamw", ValueError,
-               "train: --model gpt trains with AdamW (nanoGPT's parameter groups); --optimizer ",
-               o.optimizer, " is not supported with it");
-  GRADUS_CHECK(!o.given.count("scheduler") || o.scheduler == "cosine", ValueError,
-               "train: --model gpt follows a linear warm-up then a cosine decay to --min-lr; "
-               "--scheduler ",
+       "schedule", "grad-accum", "kv-heads", "ffn-width", "rope-theta", "save-hf", "tokenizer"});
+  const std::string lm = "--model " + o.model;
+  GRADUS_CHECK(!o.given.count("optimizer") || o.optimizer == "adamw", ValueError, "train: ", lm,
+               " trains with AdamW (nanoGPT's parameter groups); --optimizer ", o.optimizer,
+               " is not supported with it");
+  GRADUS_CHECK(!o.given.count("scheduler") || o.scheduler == "cosine", ValueError, "train: ", lm,
+               " follows a linear warm-up then a cosine decay to --min-lr; --scheduler ",
                o.scheduler, " is not supported with it");
+  for (const char* llama_only : {"kv-heads", "ffn-width", "rope-theta"}) {
+    GRADUS_CHECK(o.model == "llama" || !o.given.count(llama_only), ValueError, "train: --",
+                 llama_only, " applies to --model llama, not ", lm);
+  }
+  // A Hugging Face directory sets the model's family and shape (its config.json).
+  const bool init_from_hf = !o.init_from.empty() && is_hf_directory(o.init_from);
+  for (const char* shape : {"layers", "heads", "width", "kv-heads", "ffn-width", "rope-theta"}) {
+    GRADUS_CHECK(!init_from_hf || !o.given.count(shape), ValueError, "train: --", shape,
+                 " cannot change the shape of --init-from ", o.init_from,
+                 " (a Hugging Face directory: its config.json sets the shape)");
+  }
+  GRADUS_CHECK(o.tp == 1 || o.model == "gpt", ValueError, "train: --tp is not supported with ", lm,
+               " (tensor-parallel layers exist for the GPT only); use --dist or --pp");
   GRADUS_CHECK(o.pp == 1 || !o.cuda_graph, ValueError,
                "train: --cuda-graph is not supported with --pp (each step exchanges activations "
                "between ranks through the host)");
@@ -236,9 +210,9 @@ int run_train_lm(const TrainOptions& o) {
   manual_seed(run.seed);
   set_deterministic(run.deterministic);
   if (run.detect_anomaly) set_detect_anomaly(true);
-  GRADUS_CHECK(run.data == "text" || run.data == "tokens", ValueError,
-               "train: --model gpt trains on --data text or --data tokens, not ", run.data);
-  GRADUS_CHECK(!run.data_file.empty(), ValueError, "train: --model gpt needs --data-file FILE");
+  GRADUS_CHECK(run.data == "text" || run.data == "tokens", ValueError, "train: ", lm,
+               " trains on --data text or --data tokens, not ", run.data);
+  GRADUS_CHECK(!run.data_file.empty(), ValueError, "train: ", lm, " needs --data-file FILE");
   GRADUS_CHECK(run.iters > 0 && run.eval_every > 0 && run.eval_iters > 0, ValueError,
                "train: --iters, --eval-every and --eval-iters must be positive");
   GRADUS_CHECK(run.batch_size % data_ranks == 0, ValueError, "train: --batch-size ", run.batch_size,
@@ -250,8 +224,8 @@ int run_train_lm(const TrainOptions& o) {
   // itself is made once the model is, which it may need to know: --tp).
   const train::StrategyCaps caps = train::make_strategy(strategy_name)->caps();
   const std::optional<DType> amp = amp_option(run.amp);
-  GRADUS_CHECK(amp != DType::f16, ValueError,
-               "train: --model gpt supports --amp bf16 (f16 needs loss scaling, not wired here)");
+  GRADUS_CHECK(amp != DType::f16, ValueError, "train: ", lm,
+               " supports --amp bf16 (f16 needs loss scaling, not wired here)");
   GRADUS_CHECK(!run.cuda_graph || device.is_cuda(), ValueError,
                "train: --cuda-graph needs a CUDA device, and the run is on ", device.str(),
                " (--device ", run.device, ")");
@@ -261,25 +235,55 @@ int run_train_lm(const TrainOptions& o) {
   // ZeRO-1 shards one flat group: nanoGPT's two groups (decay on matrices only) cannot be kept.
   const double weight_decay = run.weight_decay < 0 ? 0.1 : run.weight_decay;
   GRADUS_CHECK(!caps.sharded_optimizer_state || weight_decay == 0, ValueError, "train: --dist ",
-               run.dist,
-               " shards the optimizer as one parameter group, and --model gpt decays only its "
-               "matrices (AdamW weight decay ",
-               weight_decay, "): give --weight-decay 0 or use --dist ddp|ps");
+               run.dist, " shards the optimizer as one parameter group, and ", lm,
+               " decays only its matrices (AdamW weight decay ", weight_decay,
+               "): give --weight-decay 0 or use --dist ddp|ps");
 
-  data::CharVocab vocab;
+  GRADUS_CHECK(run.tokenizer.empty() || run.data == "text", ValueError,
+               "train: --tokenizer applies to --data text (a --data tokens file is already ids)");
+  // --data text: the file's bytes as the vocabulary, or a BPE tokenizer's ids: --tokenizer, or
+  // else that of a Hugging Face --init-from directory (its ids are the ones the model knows).
+  std::string tokenizer = run.tokenizer;
+  if (tokenizer.empty() && init_from_hf && run.data == "text") {
+    const std::filesystem::path d(run.init_from);
+    GRADUS_CHECK(
+        std::filesystem::exists(d / "tokenizer.json") || std::filesystem::exists(d / "vocab.json"),
+        ValueError, "train: --data text with --init-from ", run.init_from,
+        " needs the ids its model was trained on: give --tokenizer DIR (the directory "
+        "has no tokenizer.json)");
+    tokenizer = run.init_from;
+  }
+  std::optional<TextCodec> codec;
   data::TokenArray tokens;
   int64_t vocab_size = run.vocab_size;
   if (run.data == "text") {
     const std::string text = read_file(run.data_file);
-    vocab = data::CharVocab::from_text(text);
-    tokens = data::TokenArray(vocab.encode(text));
-    vocab_size = vocab.size();
+    codec = tokenizer.empty() ? TextCodec::chars(data::CharVocab::from_text(text))
+                              : TextCodec::bpe(tokenizer);
+    tokens = data::TokenArray(codec->encode(text, get_num_threads()));
+    vocab_size = codec->size();
   } else {
     tokens = data::TokenArray::map_file(run.data_file);
     const int64_t needed = tokens.max_token_plus_one();
     if (vocab_size == 0) vocab_size = needed;
     GRADUS_CHECK(vocab_size >= needed, ValueError, "train: --vocab-size ", vocab_size,
                  " is smaller than the file's largest token + 1 (", needed, ")");
+  }
+  LanguageModelSpec spec;
+  if (init_from_hf) {
+    spec = spec_from_hf(run.init_from);
+    GRADUS_CHECK(!o.given.count("model") || o.model == spec.family, ValueError, "train: --model ",
+                 o.model, " differs from --init-from ", run.init_from, " (a ", spec.family, ")");
+    GRADUS_CHECK(vocab_size <= spec.vocab_size(), ValueError, "train: the data's vocabulary (",
+                 vocab_size, ") is larger than --init-from ", run.init_from, "'s (",
+                 spec.vocab_size(), ")");
+    GRADUS_CHECK(spec.family != "gpt" || run.gpt.context <= spec.context(), ValueError,
+                 "train: --context ", run.gpt.context, " is longer than --init-from ",
+                 run.init_from, "'s (", spec.context(), ")");
+    vocab_size = spec.vocab_size();
+    run.model = spec.family;
+  } else {
+    spec = spec_from_options(run, vocab_size);
   }
   run.vocab_size = vocab_size;  // (the run configuration holds the one used)
   const auto [train_tokens, val_tokens] = data::split_train_val(tokens);
@@ -288,38 +292,42 @@ int run_train_lm(const TrainOptions& o) {
   GRADUS_CHECK(rows >= run.micro_batches, ValueError, "train: each replica's batch of ", rows,
                " windows cannot be cut into --micro-batches ", run.micro_batches);
 
-  const nn::GPTConfig config = gpt_config(run.gpt, vocab_size, run.dropout);
   std::shared_ptr<nn::Module> model;
   std::shared_ptr<dist::TensorParallelGPT> tensor_parallel;  // the model, when --tp splits it
   train::StrategyOptions strategy_options{.group = groups.data};
   if (run.tp > 1) {
-    tensor_parallel = std::make_shared<dist::TensorParallelGPT>(config, groups.tensor);
+    tensor_parallel = std::make_shared<dist::TensorParallelGPT>(spec.gpt, groups.tensor);
     model = tensor_parallel;
     strategy_options.tensor_parallel = tensor_parallel;
   } else {
-    model = std::make_shared<nn::GPT>(config);
+    model = spec.make();
   }
   model->to(device);
   if (!run.init_from.empty() && tensor_parallel) {
     // One process's weights, read into one process's model, then this rank's slices of them
     // (the generator put back: the one-process run draws no second model).
     const PhiloxState rng = default_generator().state();
-    nn::GPT whole(config);
+    const std::shared_ptr<nn::Module> whole =
+        init_from_hf ? load_language_model(run.init_from, "train").model : spec.make();
     default_generator().set_state(rng);
-    io::load_module(whole, run.init_from);
-    tensor_parallel->load_full_state_dict(whole.state_dict());
+    if (!init_from_hf) io::load_module(*whole, run.init_from);
+    tensor_parallel->load_full_state_dict(whole->state_dict());
     if (lead) std::fprintf(stderr, "gradus train: --init-from %s: loaded\n", run.init_from.c_str());
   } else if (!run.init_from.empty()) {
-    io::load_module(*model, run.init_from);
+    if (init_from_hf) {
+      NoGradGuard no_grad;
+      model->load_state_dict(load_language_model(run.init_from, "train").model->state_dict());
+    } else {
+      io::load_module(*model, run.init_from);
+    }
     if (lead) std::fprintf(stderr, "gradus train: --init-from %s: loaded\n", run.init_from.c_str());
   }
   for (const std::string& prefix : run.freeze) model->freeze(prefix, /*keep_norm_eval=*/true);
   if (run.pp > 1) {
-    // --pp: the GPT as a sequence of layers (its modules and weights), cut into stages; state
-    // names stay the GPT's (layer_paths), and the head's tied embedding is owned by stage 0.
-    const nn::GPTLayers layers = tensor_parallel
-                                     ? tensor_parallel->layers()
-                                     : nn::gpt_layers(dynamic_cast<const nn::GPT&>(*model));
+    // --pp: the model as a sequence of layers (its modules and weights), cut into stages; state
+    // names stay the model's (layer_paths), and a head's tied embedding is owned by stage 0.
+    const nn::LayerSequence layers =
+        tensor_parallel ? tensor_parallel->layers() : spec.layers(*model);
     strategy_options.pipeline = std::make_shared<dist::Pipeline>(
         layers.layers,
         dist::PipelineOptions{.micro_batches = run.micro_batches,
@@ -329,9 +337,9 @@ int run_train_lm(const TrainOptions& o) {
                               .layer_paths = layers.paths},
         groups.pipeline);
     const dist::Pipeline& pipe = *strategy_options.pipeline;
-    std::fprintf(stderr, "gradus train: stage %d of %d holds layers [%lld, %lld) of the GPT\n",
+    std::fprintf(stderr, "gradus train: stage %d of %d holds layers [%lld, %lld) of the %s\n",
                  pipe.stage_index(), pipe.num_stages(), static_cast<long long>(pipe.first_layer()),
-                 static_cast<long long>(pipe.end_layer()));
+                 static_cast<long long>(pipe.end_layer()), spec.family.c_str());
     model = layers.layers;
     // With --tp as well: this stage's part of the split model, as the split model says.
     if (tensor_parallel) {
@@ -408,14 +416,11 @@ int run_train_lm(const TrainOptions& o) {
                          .strategy = trainer.strategy().name()};
 
   if (lead) {
-    std::printf(
-        "train: gpt (%lld parameters, %lld layers, %lld heads, width %lld, context %lld) on "
-        "%s: %lld train / %lld val tokens, vocabulary %lld, device %s, %s\n",
-        static_cast<long long>(model->num_parameters()), static_cast<long long>(config.n_layer),
-        static_cast<long long>(config.n_head), static_cast<long long>(config.n_embd),
-        static_cast<long long>(config.block_size), run.data_file.c_str(),
-        static_cast<long long>(train_tokens.size()), static_cast<long long>(val_tokens.size()),
-        static_cast<long long>(vocab_size), device.str().c_str(), layout_text(layout).c_str());
+    std::printf("train: %s on %s: %lld train / %lld val tokens, vocabulary %lld, device %s, %s\n",
+                spec.describe(model->num_parameters()).c_str(), run.data_file.c_str(),
+                static_cast<long long>(train_tokens.size()),
+                static_cast<long long>(val_tokens.size()), static_cast<long long>(vocab_size),
+                device.str().c_str(), layout_text(layout).c_str());
   }
   MetricsFile metrics(lead ? run.metrics : "");
   check_save_path(run.save, lead);
@@ -479,25 +484,29 @@ int run_train_lm(const TrainOptions& o) {
     val_loss = task->evaluate(whole_model).at("loss");
     whole_model.train();
   }
-  // --save: the one-process model (under --tp gathered from the ranks' slices, under --pp from
-  // the stages: a collective).
-  std::shared_ptr<nn::GPT> whole = std::dynamic_pointer_cast<nn::GPT>(model);
-  if (!run.save.empty() && (tensor_parallel || run.pp > 1)) {
+  // --save / --save-hf: the one-process model (under --tp gathered from the ranks' slices, under
+  // --pp from the stages: a collective).
+  const bool saving = !run.save.empty() || !run.save_hf.empty();
+  std::shared_ptr<nn::Module> whole = model;
+  if (saving && (tensor_parallel || run.pp > 1)) {
     const nn::StateDict full = train::full_model_state(
         trainer.model(), trainer.strategy().tensor_parallel(), trainer.strategy().pipeline());
     if (lead) {
-      whole = std::make_shared<nn::GPT>(config);
+      whole = spec.make();
       whole->load_state_dict(full);
     }
   }
+  if (saving && lead) check_finite_parameters(*whole, "--save " + run.save + run.save_hf);
   if (!run.save.empty() && lead) {
-    check_finite_parameters(*whole, "--save " + run.save);
-    std::map<std::string, std::string> meta = {{"format", "pt"},
-                                               {"gradus.model", "gpt"},
-                                               {"gradus.gpt_config", config_json(config).dump()}};
-    if (run.data == "text") meta["gradus.vocab_hex"] = to_hex(vocab.to_string());
+    std::map<std::string, std::string> meta = spec.metadata();
+    meta["format"] = "pt";
+    if (codec) meta.merge(codec->metadata());
     io::save_module(*whole, run.save, meta);
     std::printf("saved %s\n", run.save.c_str());
+  }
+  if (!run.save_hf.empty() && lead) {
+    save_hf(spec, *whole, run.save_hf, codec ? codec->tokenizer_dir() : "");
+    std::printf("saved %s (Hugging Face)\n", run.save_hf.c_str());
   }
   std::printf("val_loss=%.4f\n", val_loss);
   return 0;
@@ -528,8 +537,30 @@ void add_gpt_shape_options(CLI::App& c, GptShape& g) {
       ->capture_default_str();
 }
 
+void add_llama_shape_options(CLI::App& c, GptShape& g) {
+  c.add_option("--kv-heads", g.kv_heads,
+               "llama: key/value heads (grouped-query attention; divides --heads; 0: --heads)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  c.add_option("--ffn-width", g.ffn_width,
+               "llama: the SwiGLU MLP's width (0: 2/3 of 4 --width, rounded up to 32)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  c.add_option("--rope-theta", g.rope_theta, "llama: the base of the rotary embeddings")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
 void add_lm_train_options(CLI::App& c, TrainOptions& o) {
   add_gpt_shape_options(c, o.gpt);
+  add_llama_shape_options(c, o.gpt);
+  c.add_option("--tokenizer", o.tokenizer,
+               "--data text: encode with this byte-level BPE tokenizer (a directory with "
+               "tokenizer.json, or vocab.json + merges.txt) instead of the file's bytes")
+      ->check(CLI::ExistingDirectory);
+  c.add_option("--save-hf", o.save_hf,
+               "gpt, llama: write the trained model as a Hugging Face directory (config.json, "
+               "model.safetensors) that transformers' from_pretrained loads");
   c.add_option("--data-file", o.data_file,
                "--data text: a text file (byte vocabulary); --data tokens: a nanoGPT .bin file");
   c.add_option("--vocab-size", o.vocab_size, "--data tokens: vocabulary (0: largest token + 1)")
@@ -555,11 +586,16 @@ void add_lm_train_options(CLI::App& c, TrainOptions& o) {
 }
 
 void add_generate_command(CLI::App& app, GenerateOptions& o) {
-  CLI::App* c = app.add_subcommand("generate", "Sample text from a GPT trained with --save");
-  c->add_option("--checkpoint", o.checkpoint, "The --save file of `gradus train --model gpt`")
+  CLI::App* c =
+      app.add_subcommand("generate", "Sample text from a language model trained with --save");
+  c->add_option("--checkpoint", o.checkpoint,
+                "The --save file of `gradus train --model gpt|llama`, or a Hugging Face directory")
       ->required();
+  c->add_option("--tokenizer", o.tokenizer,
+                "A byte-level BPE tokenizer's directory (default: the checkpoint's own)")
+      ->check(CLI::ExistingDirectory);
   c->add_option("--prompt", o.prompt, "Text to continue")->capture_default_str();
-  c->add_option("--tokens", o.tokens, "Characters to sample")
+  c->add_option("--tokens", o.tokens, "Tokens to sample")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   c->add_option("--temperature", o.temperature, "Softmax temperature (> 0)")
@@ -573,20 +609,14 @@ void add_generate_command(CLI::App& app, GenerateOptions& o) {
 }
 
 int run_generate(const GenerateOptions& o) {
-  const io::SafetensorsHeader header = io::read_safetensors_header(o.checkpoint);
-  auto meta = [&](const char* key) -> const std::string* {
-    const auto it = header.metadata.find(key);
-    return it == header.metadata.end() ? nullptr : &it->second;
-  };
-  GRADUS_CHECK(meta("gradus.gpt_config") != nullptr, ValueError, "generate: ", o.checkpoint,
-               " is not a `gradus train --model gpt --save` file (no gradus.gpt_config metadata)");
-  GRADUS_CHECK(meta("gradus.vocab_hex") != nullptr, ValueError, "generate: ", o.checkpoint,
-               " has no character vocabulary (trained on --data tokens?)");
-  const nn::GPTConfig config = config_from_json(nlohmann::json::parse(*meta("gradus.gpt_config")));
-  const data::CharVocab vocab = data::CharVocab::from_string(from_hex(*meta("gradus.vocab_hex")));
+  LoadedLanguageModel loaded = load_language_model(o.checkpoint, "generate");
+  if (!o.tokenizer.empty()) loaded.codec = TextCodec::bpe(o.tokenizer);
+  GRADUS_CHECK(loaded.codec.has_value(), ValueError, "generate: ", o.checkpoint,
+               " has neither a character vocabulary nor a tokenizer (trained on --data tokens?): "
+               "give --tokenizer DIR");
+  const TextCodec& vocab = *loaded.codec;
   const Device device = resolve_device(o.device);
-  nn::GPT model(config);
-  io::load_module(model, o.checkpoint);
+  nn::Module& model = *loaded.model;
   model.to(device);
   const std::vector<uint16_t> ids = vocab.encode(o.prompt);
   GRADUS_CHECK(!ids.empty(), ValueError, "generate: --prompt is empty");
@@ -600,7 +630,7 @@ int run_generate(const GenerateOptions& o) {
   g.temperature = o.temperature;
   g.top_k = o.top_k;
   g.generator = &gen;
-  const Tensor out = model.generate(prompt, g);
+  const Tensor out = nn::generate(model, loaded.spec.context(), prompt, g);
   std::printf("%s\n", vocab.decode(out.reshape({-1}).to_vector<int64_t>()).c_str());
   return 0;
 }

@@ -86,7 +86,15 @@ dist|--dist ddp|ok|--dist ddp|ok
 dist-timeout|--dist-timeout 30|ok|--dist-timeout 30|ok
 lr-scaling|--lr-scaling linear --batch-size 64|changes|--lr-scaling linear|refuse
 lr-reference-batch|--lr-scaling linear --lr-reference-batch 64|changes|--lr-reference-batch 64|refuse
+kv-heads|--kv-heads 1|refuse|--kv-heads 1|refuse
+ffn-width|--ffn-width 24|refuse|--ffn-width 24|refuse
+rope-theta|--rope-theta 50|refuse|--rope-theta 50|refuse
+save-hf|--save-hf $W/hf|refuse|--save-hf $W/hf|ok
 "
+# The Llama's own options (refused above for the GPT) change a --model llama run.
+llama_options="--kv-heads 1
+--ffn-width 24
+--rope-theta 50"
 # (cuda-graph is refused here because this machine has no GPU: it needs one. The GPT's --grad-clip
 # is honoured but invisible in its result: clipping scales every gradient alike, and AdamW's step
 # does not depend on the gradient's scale; dist.gpt_strategies checks its clipping.)
@@ -149,5 +157,21 @@ while IFS='|' read -r name iargs iwant gargs gwant; do
     checked=$((checked + 1))
   done
 done <<<"$table"
+llama_base=("${gpt_base[@]}" --model llama)
+"$gradus" "${llama_base[@]}" --save "$W/llama.safetensors" >"$W/llama_base.log" 2>&1 ||
+  fail "llama base run: $(tail -2 "$W/llama_base.log")"
+llama_result=$(result "$W/llama_base.log")
+while read -r option; do
+  # shellcheck disable=SC2086
+  timeout 120 "$gradus" "${llama_base[@]}" $option --save "$W/c.safetensors" >"$W/run.log" 2>&1 ||
+    fail "llama $option: $(tail -2 "$W/run.log")"
+  if [ "$(result "$W/run.log")" = "$llama_result" ]; then  # the losses' digits, else the weights
+    diff=$("$gradus" inspect "$W/llama.safetensors" --compare "$W/c.safetensors" 2>&1 |
+      sed -n 's/^max_relative_difference=//p')
+    awk -v d="${diff:-0}" 'BEGIN { exit !(d > 1e-6) }' ||
+      fail "llama $option changed nothing: $llama_result (weights: ${diff:-not comparable})"
+  fi
+  checked=$((checked + 1))
+done <<<"$llama_options"
 echo "every_option: $checked option/task pairs honoured or refused by name"
 echo "every_option: PASS"
