@@ -154,7 +154,8 @@ int run_train_lm(const TrainOptions& o) {
        "save", "dist", "dist-timeout", "checkpoint-dir", "checkpoint-every", "keep-checkpoints",
        "resume", "resume-or-start", "stop-after-steps", "freeze", "init-from", "memory-limit",
        "deterministic", "detect-anomaly", "optimizer", "scheduler", "tp", "pp", "micro-batches",
-       "schedule", "grad-accum", "kv-heads", "ffn-width", "rope-theta", "save-hf", "tokenizer"});
+       "schedule", "grad-accum", "kv-heads", "ffn-width", "rope-theta", "save-hf", "tokenizer",
+       "grad-checkpoint"});
   const std::string lm = "--model " + o.model;
   GRADUS_CHECK(!o.given.count("optimizer") || o.optimizer == "adamw", ValueError, "train: ", lm,
                " trains with AdamW (nanoGPT's parameter groups); --optimizer ", o.optimizer,
@@ -173,6 +174,9 @@ int run_train_lm(const TrainOptions& o) {
                  " cannot change the shape of --init-from ", o.init_from,
                  " (a Hugging Face directory: its config.json sets the shape)");
   }
+  GRADUS_CHECK(o.tp == 1 || o.grad_checkpoint == 0, ValueError,
+               "train: --grad-checkpoint is not supported with --tp (the tensor-parallel blocks "
+               "exchange activations inside their forward)");
   GRADUS_CHECK(o.tp == 1 || o.model == "gpt", ValueError, "train: --tp is not supported with ", lm,
                " (tensor-parallel layers exist for the GPT only); use --dist or --pp");
   GRADUS_CHECK(o.pp == 1 || !o.cuda_graph, ValueError,
@@ -323,6 +327,11 @@ int run_train_lm(const TrainOptions& o) {
     if (lead) std::fprintf(stderr, "gradus train: --init-from %s: loaded\n", run.init_from.c_str());
   }
   for (const std::string& prefix : run.freeze) model->freeze(prefix, /*keep_norm_eval=*/true);
+  // --grad-checkpoint N: every N blocks are one segment recomputed in backward.
+  if (auto* gpt = dynamic_cast<nn::GPT*>(model.get())) gpt->checkpoint_every = run.grad_checkpoint;
+  if (auto* llama = dynamic_cast<nn::Llama*>(model.get())) {
+    llama->checkpoint_every = run.grad_checkpoint;
+  }
   if (run.pp > 1) {
     // --pp: the model as a sequence of layers (its modules and weights), cut into stages; state
     // names stay the model's (layer_paths), and a head's tied embedding is owned by stage 0.
@@ -341,6 +350,9 @@ int run_train_lm(const TrainOptions& o) {
                  pipe.stage_index(), pipe.num_stages(), static_cast<long long>(pipe.first_layer()),
                  static_cast<long long>(pipe.end_layer()), spec.family.c_str());
     model = layers.layers;
+    // --grad-checkpoint N: every N of this stage's layers are one recomputed segment.
+    if (run.grad_checkpoint > 0)
+      strategy_options.pipeline->stage().checkpoint_every(run.grad_checkpoint);
     // With --tp as well: this stage's part of the split model, as the split model says.
     if (tensor_parallel) {
       strategy_options.tensor_parallel = std::make_shared<dist::TensorParallelLayers>(

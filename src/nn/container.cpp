@@ -35,19 +35,26 @@ Sequential& Sequential::push_back(const std::string& name, std::shared_ptr<Modul
 }
 
 Tensor Sequential::forward(const Tensor& x) {
-  const auto children = named_children();
+  std::vector<std::shared_ptr<Module>> modules;
+  for (const auto& item : named_children()) modules.push_back(item.second);
+  return forward_chain(modules, x, checkpoint_every_);
+}
+
+Tensor forward_chain(const std::vector<std::shared_ptr<Module>>& modules, const Tensor& x,
+                     int64_t checkpoint_every) {
   Tensor h = x;
-  if (checkpoint_every_ <= 0 || !is_grad_enabled()) {
-    for (const auto& item : children) h = (*item.second)(h);
+  if (checkpoint_every <= 0 || !is_grad_enabled()) {
+    for (const auto& m : modules) h = (*m)(h);
     return h;
   }
-  for (size_t begin = 0; begin < children.size(); begin += static_cast<size_t>(checkpoint_every_)) {
-    const size_t end = std::min(children.size(), begin + static_cast<size_t>(checkpoint_every_));
-    std::vector<std::shared_ptr<Module>> segment;
+  const size_t every = static_cast<size_t>(checkpoint_every);
+  for (size_t begin = 0; begin < modules.size(); begin += every) {
+    const size_t end = std::min(modules.size(), begin + every);
+    std::vector<std::shared_ptr<Module>> segment(modules.begin() + static_cast<ptrdiff_t>(begin),
+                                                 modules.begin() + static_cast<ptrdiff_t>(end));
     std::vector<Tensor> params;
-    for (size_t i = begin; i < end; ++i) {
-      segment.push_back(children[i].second);
-      for (const Tensor& p : children[i].second->trainable_parameters()) params.push_back(p);
+    for (const auto& m : segment) {
+      for (const Tensor& p : m->trainable_parameters()) params.push_back(p);
     }
     h = checkpoint(
         [segment](const std::vector<Tensor>& in) {

@@ -128,9 +128,9 @@ GPT::GPT(const GPTConfig& c) : config(c) {
 }
 
 Tensor GPT::forward(const Tensor& idx) {
-  Tensor x = embed(*wte, *wpe, *drop, config.block_size, idx);
-  for (const auto& block : *h) x = (*block)(x);
-  return lm_head->forward(ln_f->forward(x));
+  const Tensor x = embed(*wte, *wpe, *drop, config.block_size, idx);
+  const std::vector<std::shared_ptr<Module>> blocks(h->begin(), h->end());
+  return lm_head->forward(ln_f->forward(forward_chain(blocks, x, checkpoint_every)));
 }
 
 Tensor GPT::generate(const Tensor& idx, const GenerateOptions& options) {

@@ -166,9 +166,9 @@ Llama::Llama(const LlamaConfig& c) : config(c) {
 }
 
 Tensor Llama::forward(const Tensor& idx) {
-  Tensor x = embed(*embed_tokens, idx);
-  for (const auto& layer : *layers) x = (*layer)(x);
-  return lm_head->forward(norm->forward(x));
+  const Tensor x = embed(*embed_tokens, idx);
+  const std::vector<std::shared_ptr<Module>> blocks(layers->begin(), layers->end());
+  return lm_head->forward(norm->forward(forward_chain(blocks, x, checkpoint_every)));
 }
 
 Tensor Llama::generate(const Tensor& idx, const GenerateOptions& options) {

@@ -20,6 +20,7 @@ gpt_base=(train --model gpt --data text --data-file "$sample" --context 8 --laye
   --width 16 --batch-size 4 --iters 4 --eval-every 4 --eval-iters 1 --threads 1 --seed 1
   --device cpu)
 W=$work
+bpe=$(dirname "$sample")/../golden/bpe  # a small byte-level BPE tokenizer (tests/data/golden)
 # option | image args | image expectation | gpt args | gpt expectation
 # expectations: changes (honoured; the result differs from the base run's), ok (honoured;
 # side effects only), refuse (exit status != 0 naming the option).
@@ -50,7 +51,7 @@ dropout|--dropout 0.5|changes|--dropout 0.5|changes
 init-from|--init-from $W/image.safetensors|changes|--init-from $W/gpt.safetensors|changes
 freeze|--freeze 0.|changes|--freeze transformer.wte|changes
 amp|--amp bf16|changes|--amp bf16|changes
-grad-checkpoint|--grad-checkpoint 1|ok|--grad-checkpoint 1|refuse
+grad-checkpoint|--grad-checkpoint 1|ok|--grad-checkpoint 1|ok
 memory-limit|--memory-limit 4GiB|ok|--memory-limit 4GiB|ok
 epochs|--epochs 2|changes|--epochs 2|refuse
 batch-size|--batch-size 16|changes|--batch-size 2|changes
@@ -90,6 +91,7 @@ kv-heads|--kv-heads 1|refuse|--kv-heads 1|refuse
 ffn-width|--ffn-width 24|refuse|--ffn-width 24|refuse
 rope-theta|--rope-theta 50|refuse|--rope-theta 50|refuse
 save-hf|--save-hf $W/hf|refuse|--save-hf $W/hf|ok
+tokenizer|--tokenizer $bpe|refuse|--tokenizer $bpe|changes
 "
 # The Llama's own options (refused above for the GPT) change a --model llama run.
 llama_options="--kv-heads 1

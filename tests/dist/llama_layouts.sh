@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Llama (grouped-query attention: 4 heads, 2 key/value heads) under the engine's layouts
 # against one process, on the same global batches: ddp, ps and zero1 on 2 ranks, pipelines of 2
-# stages (GPipe and 1F1B, with 2 micro-batches) and 2 data x 2 pipeline ranks print the one-process
+# stages (GPipe and 1F1B, with 2 micro-batches), 2 data x 2 pipeline ranks and activation
+# checkpointing (one process, and each stage of 2) print the one-process
 # validation losses and end at its weights (gradus inspect --compare: every tensor within 1e-4
 # relative). A ddp checkpoint resumes on one process and ends where the uninterrupted run ends;
 # --save-hf under a pipeline writes the one-process model (gradus eval on it prints the same loss
@@ -44,7 +45,8 @@ reference=$(losses "$work/one.log")
 echo "llama_layouts: one process: $reference"
 runs=0
 for layout in "2 --dist ddp" "2 --dist ps" "2 --dist zero1" "2 --pp 2" \
-  "2 --pp 2 --micro-batches 2 --schedule 1f1b" "4 --pp 2 --dist ddp"; do
+  "2 --pp 2 --micro-batches 2 --schedule 1f1b" "4 --pp 2 --dist ddp" "1 --grad-checkpoint 1" \
+  "2 --pp 2 --grad-checkpoint 1"; do
   np=${layout%% *}
   # shellcheck disable=SC2086
   launch $layout --save "$work/run.safetensors" >"$work/run.log" 2>&1 ||

@@ -49,7 +49,8 @@ TEST(Rotary, TablesAndRotationAreTheFormula) {
       }
     }
   }
-  EXPECT_TRUE(all_close(rotary_embedding(x, cos, sin), tensor(expected, {2, t, d}, {.dtype = DType::f64}), 1e-12, 1e-12));
+  EXPECT_TRUE(all_close(rotary_embedding(x, cos, sin),
+                        tensor(expected, {2, t, d}, {.dtype = DType::f64}), 1e-12, 1e-12));
   EXPECT_THROW(rotary_embedding(x, cos.narrow(0, 0, t - 1), sin), ShapeError);
   EXPECT_THROW(rotary_tables(4, 5, theta), ValueError);  // an odd head size has no pairs
 }
@@ -67,7 +68,8 @@ TEST(RmsNorm, IsTheFormula) {
     for (size_t i = 0; i < 7; ++i)
       expected[r * 7 + i] = xv[r * 7 + i] / std::sqrt(ms + 1e-5) * wv[i];
   }
-  EXPECT_TRUE(all_close(rms_norm(x, {7}, w, 1e-5), tensor(expected, {3, 7}, {.dtype = DType::f64}), 1e-12, 1e-12));
+  EXPECT_TRUE(all_close(rms_norm(x, {7}, w, 1e-5), tensor(expected, {3, 7}, {.dtype = DType::f64}),
+                        1e-12, 1e-12));
   EXPECT_THROW(rms_norm(x, {6}, w), ShapeError);
 }
 
@@ -131,6 +133,23 @@ TEST(Llama, LaterTokensDoNotChangeEarlierLogitsAndLayersAreTheModel) {
   const nn::LayerSequence layers = nn::llama_layers(model);
   EXPECT_EQ(layers.paths.size(), 5u);  // embedding, 2 layers, norm, head
   EXPECT_TRUE(all_close(layers.layers->forward(idx), a, 1e-12, 1e-12));
+}
+
+TEST(Llama, ActivationCheckpointingGivesTheSameGradients) {
+  manual_seed(fresh_seed());
+  nn::Llama model(tiny());
+  const Tensor idx = randint(0, 41, {2, 10}, {.dtype = DType::i64});
+  auto grads = [&](int64_t every) {
+    model.checkpoint_every = every;
+    model.zero_grad();
+    square(model(idx)).mean().backward();
+    std::vector<std::vector<double>> out;
+    for (const Tensor& p : model.parameters()) out.push_back(testing::values_of(p.grad()));
+    return out;
+  };
+  const auto plain = grads(0);
+  EXPECT_EQ(grads(1), plain);  // bit for bit on the CPU
+  EXPECT_EQ(grads(2), plain);
 }
 
 TEST(Llama, GeneratesPastItsContextDeterministically) {

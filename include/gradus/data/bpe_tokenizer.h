@@ -14,7 +14,9 @@
 // that is not valid UTF-8 (PCRE2_MATCH_INVALID_UTF: no regex match includes them) is a piece of its
 // own, so decode(encode(x)) == x for every byte string x when the vocabulary has all 256 byte
 // symbols (any tokenizer trained with ByteLevel.alphabet(), GPT-2's included). On valid UTF-8 the
-// ids are tokenizers'.
+// ids are tokenizers', for characters that both Unicode tables know: \p{L} and \p{N} come from
+// the PCRE2 library installed (10.42 in Debian 12: Unicode 14), tokenizers' Oniguruma may be newer,
+// so a character assigned since (e.g. U+1C89, Unicode 16) can be split differently.
 // Not supported (ValueError naming the file): other models (WordPiece, Unigram), other
 // pre-tokenizers (Metaspace, Sequence, ...), normalizers, BPE dropout, continuing_subword_prefix,
 // end_of_word_suffix. A post-processor is ignored: no template tokens (BOS/EOS) are added.

@@ -48,6 +48,11 @@ class Sequential : public Module {
   int64_t checkpoint_every_ = 0;
 };
 
+// modules applied in turn to x; with checkpoint_every = k > 0 (and gradients on), every k of them
+// form one activation-checkpointed segment (autograd's checkpoint: recomputed in backward).
+Tensor forward_chain(const std::vector<std::shared_ptr<Module>>& modules, const Tensor& x,
+                     int64_t checkpoint_every = 0);
+
 class ModuleList : public Module {
  public:
   ModuleList() = default;

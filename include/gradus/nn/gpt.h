@@ -93,6 +93,8 @@ class GPT : public Module {
   std::shared_ptr<ModuleList> h;
   std::shared_ptr<LayerNorm> ln_f;
   std::shared_ptr<TiedLinear> lm_head;  // weight is wte's weight
+  // Activation checkpointing: every k blocks are one segment recomputed in backward (0: off).
+  int64_t checkpoint_every = 0;
 };
 
 // The token and position embeddings (and the dropout after their sum) of a GPT, as one layer:

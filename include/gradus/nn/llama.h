@@ -68,6 +68,9 @@ class LlamaAttention : public Module {
   int64_t n_head, n_kv_head, head_dim;
   double attention_dropout;
   std::shared_ptr<RotaryCache> rotary;
+  // Activation checkpointing: every k decoder layers are one segment recomputed in backward (0:
+  // off).
+  int64_t checkpoint_every = 0;
 };
 
 // down_proj(silu(gate_proj(x)) * up_proj(x))
@@ -108,6 +111,9 @@ class Llama : public Module {
   std::shared_ptr<RMSNorm> norm;
   std::shared_ptr<Module> lm_head;  // Linear, or TiedLinear over embed_tokens' weight
   std::shared_ptr<RotaryCache> rotary;
+  // Activation checkpointing: every k decoder layers are one segment recomputed in backward (0:
+  // off).
+  int64_t checkpoint_every = 0;
 };
 
 // The token embedding of a Llama as a layer: ids [B, T] -> [B, T, C] (shares the model's module).
