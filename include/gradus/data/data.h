@@ -2,6 +2,7 @@
 #pragma once
 
 #include "gradus/data/augment.h"
+#include "gradus/data/bpe_tokenizer.h"
 #include "gradus/data/dataloader.h"
 #include "gradus/data/dataset.h"
 #include "gradus/data/idx.h"
