@@ -20,6 +20,7 @@
 #include "gradus/core/determinism.h"
 #include "gradus/dist/dist.h"
 #include "gradus/dist/tensor_parallel_gpt.h"
+#include "gradus/dist/tensor_parallel_llama.h"
 #include "gradus/gradus.h"
 #include "gradus/io/io.h"
 #include "gradus/train/strategy.h"
@@ -177,8 +178,6 @@ int run_train_lm(const TrainOptions& o) {
   GRADUS_CHECK(o.tp == 1 || o.grad_checkpoint == 0, ValueError,
                "train: --grad-checkpoint is not supported with --tp (the tensor-parallel blocks "
                "exchange activations inside their forward)");
-  GRADUS_CHECK(o.tp == 1 || o.model == "gpt", ValueError, "train: --tp is not supported with ", lm,
-               " (tensor-parallel layers exist for the GPT only); use --dist or --pp");
   GRADUS_CHECK(o.pp == 1 || !o.cuda_graph, ValueError,
                "train: --cuda-graph is not supported with --pp (each step exchanges activations "
                "between ranks through the host)");
@@ -297,15 +296,22 @@ int run_train_lm(const TrainOptions& o) {
                " windows cannot be cut into --micro-batches ", run.micro_batches);
 
   std::shared_ptr<nn::Module> model;
-  std::shared_ptr<dist::TensorParallelGPT> tensor_parallel;  // the model, when --tp splits it
+  // --tp: the model's splits (the GPT's own class, whose loss takes the logits' vocabulary
+  // slices; the Llama's projections swapped for column/row-parallel ones).
+  std::shared_ptr<dist::TensorParallelGPT> tensor_parallel_gpt;
+  std::shared_ptr<dist::TensorParallelModule> tensor_parallel;
   train::StrategyOptions strategy_options{.group = groups.data};
-  if (run.tp > 1) {
-    tensor_parallel = std::make_shared<dist::TensorParallelGPT>(spec.gpt, groups.tensor);
-    model = tensor_parallel;
-    strategy_options.tensor_parallel = tensor_parallel;
+  if (run.tp > 1 && spec.family == "gpt") {
+    tensor_parallel_gpt = std::make_shared<dist::TensorParallelGPT>(spec.gpt, groups.tensor);
+    model = tensor_parallel_gpt;
+    tensor_parallel = tensor_parallel_gpt;
+  } else if (run.tp > 1) {
+    model = dist::tensor_parallel_llama(spec.llama, groups.tensor);
+    tensor_parallel = std::make_shared<dist::TensorParallelLayers>(model, groups.tensor);
   } else {
     model = spec.make();
   }
+  strategy_options.tensor_parallel = tensor_parallel;
   model->to(device);
   if (!run.init_from.empty() && tensor_parallel) {
     // One process's weights, read into one process's model, then this rank's slices of them
@@ -336,7 +342,7 @@ int run_train_lm(const TrainOptions& o) {
     // --pp: the model as a sequence of layers (its modules and weights), cut into stages; state
     // names stay the model's (layer_paths), and a head's tied embedding is owned by stage 0.
     const nn::LayerSequence layers =
-        tensor_parallel ? tensor_parallel->layers() : spec.layers(*model);
+        tensor_parallel_gpt ? tensor_parallel_gpt->layers() : spec.layers(*model);
     strategy_options.pipeline = std::make_shared<dist::Pipeline>(
         layers.layers,
         dist::PipelineOptions{.micro_batches = run.micro_batches,
@@ -399,7 +405,7 @@ int run_train_lm(const TrainOptions& o) {
                                           .world_size = data_ranks});
   auto task = std::make_shared<LanguageModelTask>(
       data::ContextSampler(val_tokens, run.gpt.context, run.batch_size, run.seed + 1),
-      run.eval_iters, rows, first_row, device, groups.data, tensor_parallel);
+      run.eval_iters, rows, first_row, device, groups.data, tensor_parallel_gpt);
   train::TrainerOptions options;
   options.epochs = 1;
   options.amp = amp;

@@ -104,6 +104,20 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module) 
   children_.emplace_back(name, std::move(module));
 }
 
+std::shared_ptr<Module> Module::replace_module(const std::string& name,
+                                               std::shared_ptr<Module> module) {
+  GRADUS_CHECK(module != nullptr, ValueError, "replace_module: \"", name, "\" in ", type_name(),
+               ": the replacement is a null module");
+  for (auto& [n, child] : children_) {
+    if (n == name) {
+      std::shared_ptr<Module> old = std::move(child);
+      child = std::move(module);
+      return old;
+    }
+  }
+  throw ValueError("replace_module: " + type_name() + " has no submodule \"" + name + "\"");
+}
+
 // ------------------------------------------------------------------------------------ traversal
 void Module::collect(const std::string& prefix, bool params, bool buffers, bool recurse,
                      std::vector<std::pair<std::string, Tensor>>& out) const {

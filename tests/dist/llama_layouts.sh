@@ -2,9 +2,12 @@
 # The Llama (grouped-query attention: 4 heads, 2 key/value heads) under the engine's layouts
 # against one process, on the same global batches: ddp, ps and zero1 on 2 ranks, pipelines of 2
 # stages (GPipe and 1F1B, with 2 micro-batches), 2 data x 2 pipeline ranks and activation
-# checkpointing (one process, and each stage of 2) print the one-process
+# checkpointing (one process, and each stage of 2), 2 tensor-parallel ranks (each with 2 of the 4
+# query heads and 1 of the 2 key/value heads), zero1 over 2 tensor-parallel replicas and 2 tensor x
+# 2 pipeline ranks print the one-process
 # validation losses and end at its weights (gradus inspect --compare: every tensor within 1e-4
-# relative). A ddp checkpoint resumes on one process and ends where the uninterrupted run ends;
+# relative). A ddp and a --tp 2 checkpoint resume on one process and end where the uninterrupted
+# run ends; --tp 2 with a key/value head per 2 ranks is refused;
 # --save-hf under a pipeline writes the one-process model (gradus eval on it prints the same loss
 # as on the one-process --save file).
 # usage: llama_layouts.sh GRADUS MPIRUN TEXT_SAMPLE
@@ -46,7 +49,7 @@ echo "llama_layouts: one process: $reference"
 runs=0
 for layout in "2 --dist ddp" "2 --dist ps" "2 --dist zero1" "2 --pp 2" \
   "2 --pp 2 --micro-batches 2 --schedule 1f1b" "4 --pp 2 --dist ddp" "1 --grad-checkpoint 1" \
-  "2 --pp 2 --grad-checkpoint 1"; do
+  "2 --pp 2 --grad-checkpoint 1" "2 --tp 2" "4 --tp 2 --dist zero1" "4 --tp 2 --pp 2"; do
   np=${layout%% *}
   # shellcheck disable=SC2086
   launch $layout --save "$work/run.safetensors" >"$work/run.log" 2>&1 ||
@@ -58,17 +61,29 @@ for layout in "2 --dist ddp" "2 --dist ps" "2 --dist zero1" "2 --pp 2" \
   echo "llama_layouts: -np $layout: the same losses, weights within 1e-4 ($(tail -1 "$work/compare.txt"))"
 done
 
-# A ddp checkpoint after 3 steps, resumed on one process: the uninterrupted run's end.
-launch 2 --dist ddp --checkpoint-dir "$work/ckpt" --checkpoint-every 3 --stop-after-steps 3 \
-  >"$work/stop.log" 2>&1 || true
-ls "$work/ckpt"/*.safetensors >/dev/null 2>&1 || fail "no ddp checkpoint: $(tail -3 "$work/stop.log")"
-"$gradus" "${common[@]}" --checkpoint-dir "$work/ckpt" --resume --save "$work/resumed.safetensors" \
-  >"$work/resume.log" 2>&1 || fail "resume on one process: $(tail -3 "$work/resume.log")"
-close_to "$work/one.safetensors" "$work/resumed.safetensors" "ddp checkpoint resumed on one process"
-[ "$(losses "$work/resume.log" | awk '{print $NF}')" = "$(echo "$reference" | awk '{print $NF}')" ] ||
-  fail "resumed: $(losses "$work/resume.log"), one process $reference"
+# Tensor parallelism splits heads: key/value heads that do not divide over the ranks are refused.
+launch 2 --tp 2 --kv-heads 1 >"$work/run.log" 2>&1 && fail "--tp 2 with 1 key/value head was accepted"
+grep -q "n_kv_head (1) does not divide over the 2 ranks" "$work/run.log" ||
+  fail "--tp 2 --kv-heads 1: $(tail -2 "$work/run.log")"
 runs=$((runs + 1))
-echo "llama_layouts: a ddp checkpoint resumed on one process: the same end"
+echo "llama_layouts: --tp 2 with 1 key/value head refused by name"
+
+# A ddp and a --tp 2 checkpoint after 3 steps, each resumed on one process: the uninterrupted
+# run's end.
+for layout in "--dist ddp" "--tp 2"; do
+  rm -rf "$work/ckpt"
+  # shellcheck disable=SC2086
+  launch 2 $layout --checkpoint-dir "$work/ckpt" --checkpoint-every 3 --stop-after-steps 3 \
+    >"$work/stop.log" 2>&1 || true
+  ls "$work/ckpt"/*.safetensors >/dev/null 2>&1 || fail "no $layout checkpoint: $(tail -3 "$work/stop.log")"
+  "$gradus" "${common[@]}" --checkpoint-dir "$work/ckpt" --resume --save "$work/resumed.safetensors" \
+    >"$work/resume.log" 2>&1 || fail "$layout resumed on one process: $(tail -3 "$work/resume.log")"
+  close_to "$work/one.safetensors" "$work/resumed.safetensors" "$layout checkpoint resumed on one process"
+  [ "$(losses "$work/resume.log" | awk '{print $NF}')" = "$(echo "$reference" | awk '{print $NF}')" ] ||
+    fail "$layout resumed: $(losses "$work/resume.log"), one process $reference"
+  runs=$((runs + 1))
+  echo "llama_layouts: a $layout checkpoint resumed on one process: the same end"
+done
 
 # --save-hf from 2 pipeline stages: the one-process model (transformers' names are gradus's for
 # the Llama), and gradus eval reads the directory as it reads the --save file.

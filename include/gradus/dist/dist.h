@@ -12,4 +12,5 @@
 #include "gradus/dist/tensor_parallel.h"
 #include "gradus/dist/tensor_parallel_attention.h"
 #include "gradus/dist/tensor_parallel_gpt.h"
+#include "gradus/dist/tensor_parallel_llama.h"
 #include "gradus/dist/zero.h"

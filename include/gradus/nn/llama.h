@@ -64,7 +64,9 @@ class LlamaAttention : public Module {
   LlamaAttention(const LlamaConfig& config, std::shared_ptr<RotaryCache> rotary);
   Tensor forward(const Tensor& x) override;  // [B, T, C] -> [B, T, C], causal
   std::string type_name() const override { return "LlamaAttention"; }
-  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+  // Linears (or their tensor-parallel splits: dist::tensor_parallel_llama, where n_head and
+  // n_kv_head are this rank's heads).
+  std::shared_ptr<Module> q_proj, k_proj, v_proj, o_proj;
   int64_t n_head, n_kv_head, head_dim;
   double attention_dropout;
   std::shared_ptr<RotaryCache> rotary;
@@ -79,7 +81,7 @@ class LlamaMLP : public Module {
   explicit LlamaMLP(const LlamaConfig& config);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "LlamaMLP"; }
-  std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
+  std::shared_ptr<Module> gate_proj, up_proj, down_proj;  // Linears, or their splits
 };
 
 class LlamaDecoderLayer : public Module {

@@ -133,6 +133,11 @@ class Module : public std::enable_shared_from_this<Module> {
     return module;
   }
 
+  // Puts `module` in the place of the child called `name` (the same name and order, as assigning
+  // a submodule attribute in PyTorch does) and returns the one it replaces; ValueError when there
+  // is no such child. For swapping layers after construction (a tensor-parallel split).
+  std::shared_ptr<Module> replace_module(const std::string& name, std::shared_ptr<Module> module);
+
   // ---- traversal (PyTorch order: own entries first, then children depth-first) ----
   // parameters()/named_parameters()/buffers() list a tensor shared by several modules once.
   std::vector<Tensor> parameters(bool recurse = true) const;
