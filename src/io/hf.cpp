@@ -218,8 +218,7 @@ std::shared_ptr<nn::Llama> load_hf_llama(const std::string& dir) {
   return model;
 }
 
-namespace {
-std::string torch_dtype_name(DType t) {
+std::string hf_torch_dtype(DType t) {
   switch (t) {
     case DType::f32:
       return "float32";
@@ -235,6 +234,7 @@ std::string torch_dtype_name(DType t) {
   }
 }
 
+namespace {
 // The model's parameters under their names, the tied head left out.
 std::vector<std::pair<std::string, Tensor>> weights_without(const nn::Module& model,
                                                             const std::string& tied_head) {
@@ -270,7 +270,7 @@ void save_hf_llama(const nn::Llama& model, const std::string& dir, const HfSaveO
                    {"mlp_bias", c.mlp_bias},
                    {"attention_dropout", c.attention_dropout},
                    {"use_cache", true},
-                   {"torch_dtype", torch_dtype_name(dtype)}};
+                   {"torch_dtype", hf_torch_dtype(dtype)}};
   write_hf_directory(dir, j.dump(2) + "\n",
                      weights_without(model, c.tie_embeddings ? "lm_head.weight" : ""), o);
 }

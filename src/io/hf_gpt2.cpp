@@ -98,10 +98,6 @@ void save_hf_gpt2(const nn::GPT& model, const std::string& dir, const HfSaveOpti
                "save_hf_gpt2: a GPT without biases (bias = false) has no "
                "transformers GPT2LMHeadModel equivalent");
   const DType dtype = o.dtype.value_or(model.wte->weight.dtype());
-  const char* dtype_str = dtype == DType::bf16  ? "bfloat16"
-                          : dtype == DType::f16 ? "float16"
-                          : dtype == DType::f64 ? "float64"
-                                                : "float32";
   nlohmann::json j{{"architectures", {"GPT2LMHeadModel"}},
                    {"model_type", "gpt2"},
                    {"vocab_size", c.vocab_size},
@@ -118,7 +114,7 @@ void save_hf_gpt2(const nn::GPT& model, const std::string& dir, const HfSaveOpti
                    {"layer_norm_epsilon", c.layer_norm_eps},
                    {"initializer_range", 0.02},
                    {"tie_word_embeddings", true},
-                   {"torch_dtype", dtype_str}};
+                   {"torch_dtype", hf_torch_dtype(dtype)}};
   std::vector<std::pair<std::string, Tensor>> weights;
   const nn::StateDict state = model.state_dict();
   for (const auto& [name, t] : state.items()) {

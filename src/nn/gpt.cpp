@@ -148,18 +148,8 @@ Tensor GPTEmbedding::forward(const Tensor& idx) {
 }
 
 GPTLayers gpt_layers(const GPT& gpt) {
-  GPTLayers out{std::make_shared<Sequential>(), {"transformer"}};
-  out.layers->push_back(std::make_shared<GPTEmbedding>(gpt));
-  int64_t i = 0;
-  for (const auto& block : *gpt.h) {
-    out.layers->push_back(block);
-    out.paths.push_back("transformer.h." + std::to_string(i++));
-  }
-  out.layers->push_back(gpt.ln_f);
-  out.paths.push_back("transformer.ln_f");
-  out.layers->push_back(gpt.lm_head);
-  out.paths.push_back("lm_head");
-  return out;
+  return decoder_layers(std::make_shared<GPTEmbedding>(gpt), "transformer", *gpt.h, "transformer.h",
+                        gpt.ln_f, "transformer.ln_f", gpt.lm_head, "lm_head");
 }
 
 }  // namespace gradus::nn

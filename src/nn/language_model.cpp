@@ -36,4 +36,22 @@ Tensor generate(Module& model, int64_t context, const Tensor& idx, const Generat
   return seq;
 }
 
+LayerSequence decoder_layers(std::shared_ptr<Module> embedding, const std::string& embedding_path,
+                             const ModuleList& blocks, const std::string& blocks_path,
+                             std::shared_ptr<Module> final_norm, const std::string& norm_path,
+                             std::shared_ptr<Module> head, const std::string& head_path) {
+  LayerSequence out{std::make_shared<Sequential>(), {embedding_path}};
+  out.layers->push_back(std::move(embedding));
+  int64_t i = 0;
+  for (const auto& block : blocks) {
+    out.layers->push_back(block);
+    out.paths.push_back(blocks_path + "." + std::to_string(i++));
+  }
+  out.layers->push_back(std::move(final_norm));
+  out.paths.push_back(norm_path);
+  out.layers->push_back(std::move(head));
+  out.paths.push_back(head_path);
+  return out;
+}
+
 }  // namespace gradus::nn

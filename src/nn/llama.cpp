@@ -184,18 +184,8 @@ Tensor LlamaEmbedding::forward(const Tensor& idx) {
 }
 
 LayerSequence llama_layers(const Llama& llama) {
-  LayerSequence out{std::make_shared<Sequential>(), {"model"}};
-  out.layers->push_back(std::make_shared<LlamaEmbedding>(llama));
-  int64_t i = 0;
-  for (const auto& layer : *llama.layers) {
-    out.layers->push_back(layer);
-    out.paths.push_back("model.layers." + std::to_string(i++));
-  }
-  out.layers->push_back(llama.norm);
-  out.paths.push_back("model.norm");
-  out.layers->push_back(llama.lm_head);
-  out.paths.push_back("lm_head");
-  return out;
+  return decoder_layers(std::make_shared<LlamaEmbedding>(llama), "model", *llama.layers,
+                        "model.layers", llama.norm, "model.norm", llama.lm_head, "lm_head");
 }
 
 }  // namespace gradus::nn

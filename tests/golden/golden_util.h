@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "gradus/gradus.h"
 #include "gradus/io/safetensors.h"
+#include "support/test_util.h"
 
 namespace gradus::golden {
 
@@ -64,6 +66,44 @@ inline ::testing::AssertionResult close(const Tensor& actual, const Tensor& expe
          << " elements differ from PyTorch (rtol " << tol.rtol << ", atol " << tol.atol
          << (tol.relative_floor ? ", relative to the largest element" : "")
          << "); worst flat index " << worst << ": gradus " << a[worst] << ", PyTorch " << e[worst];
+}
+
+// A language model (ids -> logits) against a transformers golden file written by
+// tools/make_gpt2_golden.py or make_llama_golden.py: "logits" for "input", the mean cross-entropy
+// "loss" against "target", "grad.<name>" for every parameter, and "adamw.step1.<name>" after one
+// AdamW step (lr 1e-3, betas (0.9, 0.99), eps 1e-8, weight decay 0.1), each within tol. Returns
+// how many parameters' gradients were checked.
+inline int expect_language_model_matches(nn::Module& model, const io::SafetensorsFile& g,
+                                         double tol) {
+  using testing::all_close;
+  const Tensor logits = model.forward(g.at("input"));
+  EXPECT_EQ(logits.sizes(), g.at("logits").sizes());
+  if (logits.sizes() != g.at("logits").sizes()) return 0;
+  EXPECT_TRUE(all_close(logits, g.at("logits"), tol, tol));
+  const Tensor loss =
+      cross_entropy(logits.reshape({-1, logits.size(-1)}), g.at("target").reshape({-1}));
+  EXPECT_NEAR(loss.item(), g.at("loss").item(), tol);
+  loss.backward();
+  int checked = 0;
+  for (const auto& [name, p] : model.named_parameters()) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(p.grad().defined());
+    if (!p.grad().defined()) continue;
+    EXPECT_TRUE(all_close(p.grad(), g.at("grad." + name), tol, tol));
+    ++checked;
+  }
+  optim::AdamWOptions o;
+  o.lr = 1e-3;
+  o.betas = {0.9, 0.99};
+  o.eps = 1e-8;
+  o.weight_decay = 0.1;
+  optim::AdamW opt(model.parameters(), o);
+  opt.step();
+  for (const auto& [name, p] : model.named_parameters()) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(all_close(p, g.at("adamw.step1." + name), tol, tol));
+  }
+  return checked;
 }
 
 }  // namespace gradus::golden

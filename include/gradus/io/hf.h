@@ -59,6 +59,10 @@ void save_hf_llama(const nn::Llama& model, const std::string& dir,
 // A GPT without biases has no transformers equivalent: refused by name.
 void save_hf_gpt2(const nn::GPT& model, const std::string& dir, const HfSaveOptions& options = {});
 
+// config.json's "torch_dtype" for a dtype ("float32", "bfloat16", ...); ValueError for a dtype
+// transformers has no parameters of.
+std::string hf_torch_dtype(DType dtype);
+
 // A language model of any supported family from a transformers directory, by its model_type.
 std::shared_ptr<nn::Module> load_hf_causal_lm(const std::string& dir);
 

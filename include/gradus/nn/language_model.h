@@ -32,4 +32,11 @@ struct LayerSequence {
   std::vector<std::string> paths;
 };
 
+// The layers of a decoder-only transformer: its embedding layer (at path `embedding_path`), each
+// block (at blocks_path.0, blocks_path.1, ...), the final norm and the head (at their paths).
+LayerSequence decoder_layers(std::shared_ptr<Module> embedding, const std::string& embedding_path,
+                             const ModuleList& blocks, const std::string& blocks_path,
+                             std::shared_ptr<Module> final_norm, const std::string& norm_path,
+                             std::shared_ptr<Module> head, const std::string& head_path);
+
 }  // namespace gradus::nn
