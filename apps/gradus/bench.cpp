@@ -162,8 +162,6 @@ namespace {
 // A language model's training step (AdamW, like `gradus train --model gpt|llama`) on random
 // token windows.
 int bench_language_model(const BenchOptions& o, Device device) {
-  GRADUS_CHECK(o.model == "llama" || (o.gpt.kv_heads == 0 && o.gpt.ffn_width == 0), ValueError,
-               "bench: --kv-heads and --ffn-width apply to --model llama");
   const LanguageModelSpec spec = spec_from_shape(o.model, o.gpt, o.vocab_size);
   const std::shared_ptr<nn::Module> made = spec.make();
   nn::Module& model = *made;
@@ -227,6 +225,11 @@ int bench_language_model(const BenchOptions& o, Device device) {
 }  // namespace
 
 int run_bench(const BenchOptions& o) {
+  // (Before every mode: --dist, the image models and the GPT would ignore them.)
+  GRADUS_CHECK(o.model == "llama" || (o.gpt.kv_heads == 0 && o.gpt.ffn_width == 0 &&
+                                      o.gpt.rope_theta == GptShape{}.rope_theta),
+               ValueError,
+               "bench: --kv-heads, --ffn-width and --rope-theta apply to --model llama");
   if (!o.dist.empty()) return run_bench_dist(o);
   apply_threads(o.threads);
   manual_seed(o.seed);

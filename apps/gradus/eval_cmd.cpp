@@ -4,9 +4,7 @@
 // test split.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "commands.h"
 #include "evaluation.h"
@@ -29,11 +27,7 @@ data::TokenArray read_tokens(const EvalOptions& o, LoadedLanguageModel& lm) {
                o.checkpoint,
                " has neither: give --tokenizer DIR (or tokenize the text and give "
                "--data tokens)");
-  std::ifstream in(o.data_file, std::ios::binary);
-  GRADUS_CHECK(in.good(), IOError, "eval: cannot open --data-file ", o.data_file);
-  std::stringstream text;
-  text << in.rdbuf();
-  return data::TokenArray(lm.codec->encode(text.str()));
+  return data::TokenArray(lm.codec->encode(read_data_file(o.data_file, "eval")));
 }
 
 void print_result(const nlohmann::ordered_json& j, bool json) {
@@ -78,6 +72,9 @@ int eval_image_model(const EvalOptions& o, Device device) {
   GRADUS_CHECK(o.data == "fashion-mnist" || o.data == "mnist", ValueError, "eval: --model ",
                o.model, " is evaluated on --data fashion-mnist or mnist, not ", o.data);
   GRADUS_CHECK(o.context == 0, ValueError, "eval: --context applies to language models");
+  GRADUS_CHECK(o.data_file.empty() && o.tokenizer.empty(), ValueError,
+               "eval: --data-file and --tokenizer apply to language models (an image model reads "
+               "--data-dir)");
   std::shared_ptr<nn::Module> model = nn::make_model(o.model);
   io::load_module(*model, o.checkpoint);
   model->to(device);

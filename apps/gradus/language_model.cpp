@@ -123,6 +123,14 @@ std::map<std::string, std::string> TextCodec::metadata() const {
   return {{"gradus.tokenizer", dir_}};
 }
 
+std::string read_data_file(const std::string& path, const char* who) {
+  std::ifstream in(path, std::ios::binary);
+  GRADUS_CHECK(in.good(), IOError, who, ": cannot open --data-file ", path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 std::shared_ptr<nn::Module> LanguageModelSpec::make() const {
   if (family == "gpt") return std::make_shared<nn::GPT>(gpt);
   return std::make_shared<nn::Llama>(llama);

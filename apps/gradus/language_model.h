@@ -80,5 +80,7 @@ void save_hf(const LanguageModelSpec& spec, const nn::Module& model, const std::
              const std::string& tokenizer_dir = "");
 
 std::string to_hex(const std::string& bytes);
+// The bytes of a --data-file; IOError naming it (and `who`, the command) when it cannot be read.
+std::string read_data_file(const std::string& path, const char* who);
 
 }  // namespace gradus::cli

@@ -37,14 +37,6 @@
 namespace gradus::cli {
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  GRADUS_CHECK(in.good(), IOError, "train: cannot open --data-file ", path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // nanoGPT's schedule: linear warm-up to lr over `warmup` steps, then a half cosine to min_lr at
 // `total` steps.
 double lr_at(int64_t step, const TrainOptions& o) {
@@ -260,7 +252,7 @@ int run_train_lm(const TrainOptions& o) {
   data::TokenArray tokens;
   int64_t vocab_size = run.vocab_size;
   if (run.data == "text") {
-    const std::string text = read_file(run.data_file);
+    const std::string text = read_data_file(run.data_file, "train");
     codec = tokenizer.empty() ? TextCodec::chars(data::CharVocab::from_text(text))
                               : TextCodec::bpe(tokenizer);
     tokens = data::TokenArray(codec->encode(text, get_num_threads()));
