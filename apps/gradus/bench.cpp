@@ -227,9 +227,11 @@ int bench_language_model(const BenchOptions& o, Device device) {
 int run_bench(const BenchOptions& o) {
   // (Before every mode: --dist, the image models and the GPT would ignore them.)
   GRADUS_CHECK(o.model == "llama" || (o.gpt.kv_heads == 0 && o.gpt.ffn_width == 0 &&
-                                      o.gpt.rope_theta == GptShape{}.rope_theta),
+                                      o.gpt.rope_theta == GptShape{}.rope_theta &&
+                                      !o.gpt.tie_embeddings),
                ValueError,
-               "bench: --kv-heads, --ffn-width and --rope-theta apply to --model llama");
+               "bench: --kv-heads, --ffn-width, --rope-theta and --tie-embeddings apply to --model "
+               "llama");
   if (!o.dist.empty()) return run_bench_dist(o);
   apply_threads(o.threads);
   manual_seed(o.seed);

@@ -31,6 +31,7 @@ struct GptShape {
   int64_t kv_heads = 0;   // 0: --heads
   int64_t ffn_width = 0;  // 0: 2/3 of 4 --width, rounded up to a multiple of 32
   double rope_theta = 10000.0;
+  bool tie_embeddings = false;  // the output head shares the token embedding's weight
 };
 
 struct TrainOptions {
@@ -99,6 +100,7 @@ struct TrainOptions {
   GptShape gpt;
   std::string data_file;      // the text (--data text) or nanoGPT .bin tokens (--data tokens)
   int64_t vocab_size = 0;     // --data tokens: 0 = the file's largest token + 1
+  std::string token_dtype = "uint16";  // --data tokens: the width of the file's ids
   int64_t iters = 2000;       // optimizer steps
   int64_t eval_every = 250;   // steps between validation losses
   int64_t eval_iters = 20;    // validation batches per evaluation
@@ -146,6 +148,7 @@ struct EvalOptions {
   std::string data = "tokens";
   std::string data_file, data_dir;
   std::string tokenizer;  // --data text: overrides the checkpoint's own
+  std::string token_dtype = "uint16";  // --data tokens: the width of the file's ids
   int64_t limit = 0;      // image models: the first N test images
   int64_t context = 0;    // 0: the model's context
   int64_t batch_size = 8;

@@ -19,7 +19,11 @@ namespace {
 data::TokenArray read_tokens(const EvalOptions& o, LoadedLanguageModel& lm) {
   GRADUS_CHECK(o.tokenizer.empty() || o.data == "text", ValueError,
                "eval: --tokenizer applies to --data text");
-  if (o.data == "tokens") return data::TokenArray::map_file(o.data_file);
+  GRADUS_CHECK(o.token_dtype == "uint16" || o.data == "tokens", ValueError,
+               "eval: --token-dtype applies to --data tokens");
+  if (o.data == "tokens") {
+    return data::TokenArray::map_file(o.data_file, data::parse_token_width(o.token_dtype));
+  }
   // --data text: the run's characters or tokenizer (the checkpoint's), or --tokenizer.
   if (!o.tokenizer.empty()) lm.codec = TextCodec::bpe(o.tokenizer);
   GRADUS_CHECK(lm.codec.has_value(), ValueError,
@@ -27,7 +31,7 @@ data::TokenArray read_tokens(const EvalOptions& o, LoadedLanguageModel& lm) {
                o.checkpoint,
                " has neither: give --tokenizer DIR (or tokenize the text and give "
                "--data tokens)");
-  return data::TokenArray(lm.codec->encode(read_data_file(o.data_file, "eval")));
+  return lm.codec->encode(read_data_file(o.data_file, "eval"));
 }
 
 void print_result(const nlohmann::ordered_json& j, bool json) {
@@ -72,9 +76,10 @@ int eval_image_model(const EvalOptions& o, Device device) {
   GRADUS_CHECK(o.data == "fashion-mnist" || o.data == "mnist", ValueError, "eval: --model ",
                o.model, " is evaluated on --data fashion-mnist or mnist, not ", o.data);
   GRADUS_CHECK(o.context == 0, ValueError, "eval: --context applies to language models");
-  GRADUS_CHECK(o.data_file.empty() && o.tokenizer.empty(), ValueError,
-               "eval: --data-file and --tokenizer apply to language models (an image model reads "
-               "--data-dir)");
+  GRADUS_CHECK(o.data_file.empty() && o.tokenizer.empty() && o.token_dtype == "uint16",
+               ValueError,
+               "eval: --data-file, --tokenizer and --token-dtype apply to language models (an "
+               "image model reads --data-dir)");
   std::shared_ptr<nn::Module> model = nn::make_model(o.model);
   io::load_module(*model, o.checkpoint);
   model->to(device);
@@ -112,6 +117,11 @@ void add_eval_command(CLI::App& app, EvalOptions& o) {
       ->capture_default_str();
   c->add_option("--data-file", o.data_file, "--data tokens|text: the file");
   c->add_option("--data-dir", o.data_dir, "--data mnist|fashion-mnist: the IDX files' directory");
+  c->add_option("--token-dtype", o.token_dtype,
+                "--data tokens: the width of the file's ids (uint16, or uint32 as `gradus "
+                "tokenize` writes for vocabularies above 65536 ids)")
+      ->check(CLI::IsMember({"uint16", "uint32"}))
+      ->capture_default_str();
   c->add_option("--tokenizer", o.tokenizer,
                 "--data text: a byte-level BPE tokenizer's directory (default: the checkpoint's)")
       ->check(CLI::ExistingDirectory);

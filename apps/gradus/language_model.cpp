@@ -98,16 +98,14 @@ TextCodec TextCodec::bpe(const std::string& dir) {
   TextCodec c;
   c.bpe_ = data::BpeTokenizer::from_dir(dir);
   c.dir_ = std::filesystem::absolute(dir).string();
-  GRADUS_CHECK(c.bpe_->vocab_size() <= 65536, ValueError, "--tokenizer ", dir, " has ",
-               c.bpe_->vocab_size(),
-               " ids, more than the 65536 that nanoGPT's uint16 token arrays hold");
   return c;
 }
 
-std::vector<uint16_t> TextCodec::encode(std::string_view text, int threads) const {
-  if (chars_) return chars_->encode(text);
-  const std::vector<uint32_t> ids = bpe_->encode_parallel(text, threads);
-  return {ids.begin(), ids.end()};  // (every id < 65536: bpe() checked the vocabulary)
+data::TokenArray TextCodec::encode(std::string_view text, int threads) const {
+  if (chars_) return data::TokenArray(chars_->encode(text));
+  std::vector<uint32_t> ids = bpe_->encode_parallel(text, threads);
+  if (bpe_->vocab_size() > 65536) return data::TokenArray(std::move(ids));
+  return data::TokenArray(std::vector<uint16_t>(ids.begin(), ids.end()));  // half the memory
 }
 
 std::string TextCodec::decode(const std::vector<int64_t>& ids) const {
@@ -178,6 +176,7 @@ LanguageModelSpec spec_from_shape(const std::string& family, const GptShape& sha
   c.ffn_hidden =
       shape.ffn_width > 0 ? shape.ffn_width : nn::LlamaConfig::default_ffn_hidden(shape.width, 32);
   c.rope_theta = shape.rope_theta;
+  c.tie_embeddings = shape.tie_embeddings;
   c.attention_dropout = dropout;
   c.validate();
   return spec;

@@ -48,9 +48,8 @@ class TextCodec {
  public:
   static TextCodec chars(data::CharVocab vocab);
   static TextCodec bpe(const std::string& dir);
-  // Token ids as nanoGPT's uint16 token arrays hold them: ValueError naming the tokenizer when
-  // its vocabulary has more than 65536 ids.
-  std::vector<uint16_t> encode(std::string_view text, int threads = 0) const;
+  // The text's ids: uint16 when the vocabulary fits, else uint32.
+  data::TokenArray encode(std::string_view text, int threads = 0) const;
   std::string decode(const std::vector<int64_t>& ids) const;
   int64_t size() const;
   // --save's metadata entry that brings it back ("gradus.vocab_hex" or "gradus.tokenizer").

@@ -77,6 +77,8 @@ std::string run_config_json(const TrainOptions& o, int threads, const std::strin
       j["gpt"]["kv_heads"] = o.gpt.kv_heads;
       j["gpt"]["ffn_width"] = o.gpt.ffn_width;
       j["gpt"]["rope_theta"] = o.gpt.rope_theta;
+      // Only when given, so checkpoints of untied runs compare equal to older ones.
+      if (o.gpt.tie_embeddings) j["gpt"]["tie_embeddings"] = true;
     }
     j["iters"] = o.iters;
     j["min_lr"] = o.min_lr;

@@ -190,8 +190,9 @@ int run_tokenize(const TokenizeOptions& o) {
       wide ? "uint32" : "uint16", static_cast<long long>(vocab), encode_s,
       encode_s > 0 ? static_cast<double>(text.size()) / encode_s / 1e6 : 0.0, threads,
       threads == 1 ? "" : "s", load_s);
-  std::printf("tokenize: wrote %s (%llu bytes)\n", o.output.c_str(),
-              static_cast<unsigned long long>(tokens * (wide ? 4 : 2)));
+  std::printf("tokenize: wrote %s (%llu bytes%s)\n", o.output.c_str(),
+              static_cast<unsigned long long>(tokens * (wide ? 4 : 2)),
+              wide ? "; train and eval read it with --token-dtype uint32" : "");
   return 0;
 }
 

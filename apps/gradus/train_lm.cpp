@@ -93,22 +93,24 @@ class WindowBatches : public data::Dataset {
 // one-process loss).
 class LanguageModelTask : public train::Task {
  public:
-  // group: the data-parallel ranks (the validation loss is their mean). tensor_parallel: the
-  // model when it is split by --tp (its logits are slices, and so is the loss computation).
+  // group: the data-parallel ranks (the validation loss is their mean). vocab_group: the ranks
+  // the model's vocabulary is split over by --tp (its logits are slices, and so is the loss
+  // computation); nullptr when it is not split.
   LanguageModelTask(data::ContextSampler val, int64_t eval_iters, int64_t rows, int64_t first_row,
                     Device device, std::shared_ptr<dist::ProcessGroup> group,
-                    std::shared_ptr<dist::TensorParallelGPT> tensor_parallel)
+                    std::shared_ptr<dist::ProcessGroup> vocab_group)
       : val_(std::move(val)),
         eval_iters_(eval_iters),
         rows_(rows),
         first_row_(first_row),
         device_(device),
         group_(std::move(group)),
-        tensor_parallel_(std::move(tensor_parallel)) {}
+        vocab_group_(std::move(vocab_group)) {}
   // (Under a pipeline, the last stage's output for its rows.)
   Tensor output_loss(const Tensor& logits, const Tensor& y) override {
-    if (tensor_parallel_) return tensor_parallel_->loss(logits, y);
-    return cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
+    const Tensor flat = logits.reshape({-1, logits.size(-1)});
+    if (vocab_group_) return dist::vocab_parallel_cross_entropy(flat, y.reshape({-1}), vocab_group_);
+    return cross_entropy(flat, y.reshape({-1}));
   }
   std::map<std::string, double> evaluate(nn::Module& model) override {
     val_.set_position(0);
@@ -131,7 +133,7 @@ class LanguageModelTask : public train::Task {
   int64_t eval_iters_, rows_, first_row_;
   Device device_;
   std::shared_ptr<dist::ProcessGroup> group_;
-  std::shared_ptr<dist::TensorParallelGPT> tensor_parallel_;
+  std::shared_ptr<dist::ProcessGroup> vocab_group_;
 };
 
 }  // namespace
@@ -148,7 +150,7 @@ int run_train_lm(const TrainOptions& o) {
        "resume", "resume-or-start", "stop-after-steps", "freeze", "init-from", "memory-limit",
        "deterministic", "detect-anomaly", "optimizer", "scheduler", "tp", "pp", "micro-batches",
        "schedule", "grad-accum", "kv-heads", "ffn-width", "rope-theta", "save-hf", "tokenizer",
-       "grad-checkpoint"});
+       "grad-checkpoint", "tie-embeddings", "token-dtype"});
   const std::string lm = "--model " + o.model;
   GRADUS_CHECK(!o.given.count("optimizer") || o.optimizer == "adamw", ValueError, "train: ", lm,
                " trains with AdamW (nanoGPT's parameter groups); --optimizer ", o.optimizer,
@@ -156,13 +158,16 @@ int run_train_lm(const TrainOptions& o) {
   GRADUS_CHECK(!o.given.count("scheduler") || o.scheduler == "cosine", ValueError, "train: ", lm,
                " follows a linear warm-up then a cosine decay to --min-lr; --scheduler ",
                o.scheduler, " is not supported with it");
-  for (const char* llama_only : {"kv-heads", "ffn-width", "rope-theta"}) {
+  for (const char* llama_only : {"kv-heads", "ffn-width", "rope-theta", "tie-embeddings"}) {
     GRADUS_CHECK(o.model == "llama" || !o.given.count(llama_only), ValueError, "train: --",
-                 llama_only, " applies to --model llama, not ", lm);
+                 llama_only, " applies to --model llama, not ", lm,
+                 std::string(llama_only) == "tie-embeddings" ? " (the GPT's head is always tied)"
+                                                             : "");
   }
   // A Hugging Face directory sets the model's family and shape (its config.json).
   const bool init_from_hf = !o.init_from.empty() && is_hf_directory(o.init_from);
-  for (const char* shape : {"layers", "heads", "width", "kv-heads", "ffn-width", "rope-theta"}) {
+  for (const char* shape :
+       {"layers", "heads", "width", "kv-heads", "ffn-width", "rope-theta", "tie-embeddings"}) {
     GRADUS_CHECK(!init_from_hf || !o.given.count(shape), ValueError, "train: --", shape,
                  " cannot change the shape of --init-from ", o.init_from,
                  " (a Hugging Face directory: its config.json sets the shape)");
@@ -181,6 +186,8 @@ int run_train_lm(const TrainOptions& o) {
                  " is not supported with --tp (the split attention cannot draw the one-process "
                  "dropout); give --dropout 0");
   }
+  GRADUS_CHECK(!o.given.count("token-dtype") || o.data == "tokens", ValueError,
+               "train: --token-dtype applies to --data tokens (the width of the file's ids)");
   GRADUS_CHECK(!o.given.count("vocab-size") || o.data == "tokens", ValueError,
                "train: --vocab-size applies to --data tokens; the vocabulary of --data text is "
                "the file's bytes");
@@ -255,10 +262,10 @@ int run_train_lm(const TrainOptions& o) {
     const std::string text = read_data_file(run.data_file, "train");
     codec = tokenizer.empty() ? TextCodec::chars(data::CharVocab::from_text(text))
                               : TextCodec::bpe(tokenizer);
-    tokens = data::TokenArray(codec->encode(text, get_num_threads()));
+    tokens = codec->encode(text, get_num_threads());
     vocab_size = codec->size();
   } else {
-    tokens = data::TokenArray::map_file(run.data_file);
+    tokens = data::TokenArray::map_file(run.data_file, data::parse_token_width(run.token_dtype));
     const int64_t needed = tokens.max_token_plus_one();
     if (vocab_size == 0) vocab_size = needed;
     GRADUS_CHECK(vocab_size >= needed, ValueError, "train: --vocab-size ", vocab_size,
@@ -288,8 +295,8 @@ int run_train_lm(const TrainOptions& o) {
                " windows cannot be cut into --micro-batches ", run.micro_batches);
 
   std::shared_ptr<nn::Module> model;
-  // --tp: the model's splits (the GPT's own class, whose loss takes the logits' vocabulary
-  // slices; the Llama's projections swapped for column/row-parallel ones).
+  // --tp: the model's splits (the GPT's own class; the Llama's projections swapped for
+  // column/row-parallel ones). Either returns its vocabulary slice of the logits.
   std::shared_ptr<dist::TensorParallelGPT> tensor_parallel_gpt;
   std::shared_ptr<dist::TensorParallelModule> tensor_parallel;
   train::StrategyOptions strategy_options{.group = groups.data};
@@ -397,7 +404,8 @@ int run_train_lm(const TrainOptions& o) {
                                           .world_size = data_ranks});
   auto task = std::make_shared<LanguageModelTask>(
       data::ContextSampler(val_tokens, run.gpt.context, run.batch_size, run.seed + 1),
-      run.eval_iters, rows, first_row, device, groups.data, tensor_parallel_gpt);
+      run.eval_iters, rows, first_row, device, groups.data,
+      tensor_parallel ? groups.tensor : nullptr);
   train::TrainerOptions options;
   options.epochs = 1;
   options.amp = amp;
@@ -559,6 +567,9 @@ void add_llama_shape_options(CLI::App& c, GptShape& g) {
   c.add_option("--rope-theta", g.rope_theta, "llama: the base of the rotary embeddings")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  c.add_flag("--tie-embeddings", g.tie_embeddings,
+             "llama: the output head shares the token embedding's weight (as the small Llama 3.2 "
+             "models; the GPT's is always tied)");
 }
 
 void add_lm_train_options(CLI::App& c, TrainOptions& o) {
@@ -573,6 +584,11 @@ void add_lm_train_options(CLI::App& c, TrainOptions& o) {
                "model.safetensors) that transformers' from_pretrained loads");
   c.add_option("--data-file", o.data_file,
                "--data text: a text file (byte vocabulary); --data tokens: a nanoGPT .bin file");
+  c.add_option("--token-dtype", o.token_dtype,
+               "--data tokens: the width of the file's ids (uint16 as nanoGPT's; uint32 as "
+               "`gradus tokenize` writes for vocabularies above 65536 ids)")
+      ->check(CLI::IsMember({"uint16", "uint32"}))
+      ->capture_default_str();
   c.add_option("--vocab-size", o.vocab_size, "--data tokens: vocabulary (0: largest token + 1)")
       ->check(CLI::NonNegativeNumber);
   c.add_option("--iters", o.iters, "gpt: optimizer steps")
@@ -628,9 +644,10 @@ int run_generate(const GenerateOptions& o) {
   const Device device = resolve_device(o.device);
   nn::Module& model = *loaded.model;
   model.to(device);
-  const std::vector<uint16_t> ids = vocab.encode(o.prompt);
-  GRADUS_CHECK(!ids.empty(), ValueError, "generate: --prompt is empty");
-  const std::vector<int64_t> wide(ids.begin(), ids.end());
+  const data::TokenArray ids = vocab.encode(o.prompt);
+  GRADUS_CHECK(ids.size() > 0, ValueError, "generate: --prompt is empty");
+  std::vector<int64_t> wide(static_cast<size_t>(ids.size()));
+  for (int64_t i = 0; i < ids.size(); ++i) wide[static_cast<size_t>(i)] = ids[i];
   const Tensor prompt =
       from_vector<int64_t>(wide, {1, static_cast<int64_t>(wide.size())}, {.dtype = DType::i64})
           .to(device);

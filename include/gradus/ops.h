@@ -133,6 +133,9 @@ Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 enum class GeluApproximation { none, tanh };
 Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::none);
 Tensor silu(const Tensor& x);
+// silu(gate) * up in one pass (the SwiGLU MLP of Llama-family models): saves gate and up for the
+// backward, not silu(gate) as the composite does. gate and up: one floating dtype, one shape.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);

@@ -88,6 +88,7 @@ enum class BinaryOp : uint8_t {
   gelu_tanh_backward,
   silu_backward,
   sign_mul,  // a * sign(b)  (abs backward)
+  swiglu,    // silu(a) * b  (the SwiGLU MLP's gate a and up projection b)
 };
 
 // y = f(a, b, c; alpha)
@@ -95,6 +96,7 @@ enum class TernaryOp : uint8_t {
   where,    // a (bool) ? b : c
   lerp,     // a + c * (b - a)
   addcmul,  // a + alpha * b * c
+  swiglu_gate_backward,  // a * c * d/db silu(b): swiglu's gradient for the gate b (c: up)
 };
 
 // Reductions over a set of axes. The output has the input's rank with size 1 at reduced axes.

@@ -61,14 +61,34 @@ std::string CharVocab::decode(const std::vector<int64_t>& tokens) const {
   return out;
 }
 
-TokenArray::TokenArray(std::vector<uint16_t> tokens) {
-  auto owned = std::make_shared<std::vector<uint16_t>>(std::move(tokens));
-  data_ = owned->data();
-  size_ = static_cast<int64_t>(owned->size());
-  owner_ = std::move(owned);
+TokenWidth parse_token_width(const std::string& name) {
+  if (name == "uint16") return TokenWidth::u16;
+  if (name == "uint32") return TokenWidth::u32;
+  throw ValueError("token width must be uint16 or uint32, got '" + name + "'");
 }
 
-TokenArray TokenArray::map_file(const std::string& path) {
+namespace {
+
+template <class T>
+std::shared_ptr<const void> own(std::vector<T> tokens, const void*& data, int64_t& size) {
+  auto owned = std::make_shared<std::vector<T>>(std::move(tokens));
+  data = owned->data();
+  size = static_cast<int64_t>(owned->size());
+  return owned;
+}
+
+}  // namespace
+
+// (In the bodies: data_ and size_ are initialised after owner_, which would undo own's writes.)
+TokenArray::TokenArray(std::vector<uint16_t> tokens) {
+  owner_ = own(std::move(tokens), data_, size_);
+}
+
+TokenArray::TokenArray(std::vector<uint32_t> tokens) : width_(TokenWidth::u32) {
+  owner_ = own(std::move(tokens), data_, size_);
+}
+
+TokenArray TokenArray::map_file(const std::string& path, TokenWidth width) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   GRADUS_CHECK(fd >= 0, IOError, "TokenArray: cannot open ", path, ": ", std::strerror(errno));
   struct stat st {};
@@ -78,12 +98,15 @@ TokenArray TokenArray::map_file(const std::string& path) {
     throw IOError("TokenArray: cannot stat " + path + ": " + std::strerror(e));
   }
   const auto bytes = static_cast<size_t>(st.st_size);
-  if (bytes % 2 != 0) {
+  const auto id_bytes = static_cast<size_t>(width);
+  if (bytes % id_bytes != 0) {
     ::close(fd);
     throw IOError("TokenArray: " + path + " has " + std::to_string(bytes) +
-                  " bytes, not a whole number of uint16 tokens");
+                  " bytes, not a whole number of " +
+                  (width == TokenWidth::u16 ? "uint16" : "uint32") + " tokens");
   }
   TokenArray a;
+  a.width_ = width;
   if (bytes == 0) {
     ::close(fd);
     return a;
@@ -94,8 +117,8 @@ TokenArray TokenArray::map_file(const std::string& path) {
   GRADUS_CHECK(p != MAP_FAILED, IOError, "TokenArray: cannot map ", path, ": ", std::strerror(e));
   a.owner_ = std::shared_ptr<const void>(
       p, [bytes](const void* q) { ::munmap(const_cast<void*>(q), bytes); });
-  a.data_ = static_cast<const uint16_t*>(p);
-  a.size_ = static_cast<int64_t>(bytes / 2);
+  a.data_ = p;
+  a.size_ = static_cast<int64_t>(bytes / id_bytes);
   return a;
 }
 
@@ -104,13 +127,20 @@ TokenArray TokenArray::slice(int64_t begin, int64_t end) const {
                begin, ", ", end, ") is outside [0, ", size_, ")");
   TokenArray a;
   a.owner_ = owner_;
-  a.data_ = data_ + begin;
+  a.width_ = width_;
+  a.data_ = static_cast<const char*>(data_) + begin * static_cast<int64_t>(width_);
   a.size_ = end - begin;
   return a;
 }
 
 int64_t TokenArray::max_token_plus_one() const {
-  return size_ == 0 ? 0 : int64_t{*std::max_element(data_, data_ + size_)} + 1;
+  if (size_ == 0) return 0;
+  if (width_ == TokenWidth::u16) {
+    const auto* p = static_cast<const uint16_t*>(data_);
+    return int64_t{*std::max_element(p, p + size_)} + 1;
+  }
+  const auto* p = static_cast<const uint32_t*>(data_);
+  return int64_t{*std::max_element(p, p + size_)} + 1;
 }
 
 std::pair<TokenArray, TokenArray> split_train_val(const TokenArray& tokens, double val_fraction) {
@@ -146,10 +176,10 @@ std::pair<Tensor, Tensor> ContextSampler::next(Device device) {
   const std::vector<int64_t> offs = offsets();
   std::vector<int64_t> x(static_cast<size_t>(batch_ * context_)), y(x.size());
   for (int64_t b = 0; b < batch_; ++b) {
-    const uint16_t* src = tokens_.data() + offs[static_cast<size_t>(b)];
+    const int64_t o = offs[static_cast<size_t>(b)];
     for (int64_t t = 0; t < context_; ++t) {
-      x[static_cast<size_t>(b * context_ + t)] = src[t];
-      y[static_cast<size_t>(b * context_ + t)] = src[t + 1];
+      x[static_cast<size_t>(b * context_ + t)] = tokens_[o + t];
+      y[static_cast<size_t>(b * context_ + t)] = tokens_[o + t + 1];
     }
   }
   ++position_;

@@ -300,6 +300,15 @@ nn::StateDict VocabParallelEmbedding::full_state_dict() const {
   return d;
 }
 
+VocabParallelHead::VocabParallelHead(const VocabParallelEmbedding& embedding)
+    : group_(embedding.group_ptr()) {
+  weight = register_parameter("weight", embedding.weight, embedding.weight.requires_grad());
+}
+
+Tensor VocabParallelHead::forward(const Tensor& x) {
+  return linear(copy_to_parallel_region(x, group_), weight);
+}
+
 // -------------------------------------------------------------- vocab_parallel_cross_entropy
 namespace {
 
@@ -430,6 +439,8 @@ int TensorParallelLayers::split_dim(const Tensor& p) const {
       }
     } else if (auto* row = dynamic_cast<const RowParallelLinear*>(m.get())) {
       if (p.same(row->weight)) return 1;
+    } else if (auto* embedding = dynamic_cast<const VocabParallelEmbedding*>(m.get())) {
+      if (p.same(embedding->weight)) return 0;
     }
   }
   return -1;
@@ -483,10 +494,21 @@ nn::StateDict TensorParallelLayers::full_state_dict() const {
     for (const auto& [name, t] : attn->full_state_dict()) full.insert(prefix + name, t);
     for (const Tensor& p : attn->parameters()) converted.insert(p.impl());
   }
-  for (const auto& [name, t] : model_->named_parameters()) {
-    if (converted.count(t.impl()) == 0) full.insert(name, gather_shards(t, t));
+  // Every name of the state dict, as one process's has them: a tied weight under each of its
+  // names (gathered once).
+  std::map<const TensorImpl*, Tensor> gathered;
+  std::set<const TensorImpl*> parameters;
+  for (const Tensor& p : model_->parameters()) parameters.insert(p.impl());
+  for (const auto& [name, t] : model_->state_dict()) {
+    if (converted.count(t.impl()) != 0) continue;
+    if (parameters.count(t.impl()) == 0) {
+      full.insert(name, t.detach());  // a buffer
+      continue;
+    }
+    auto [it, fresh] = gathered.emplace(t.impl(), Tensor());
+    if (fresh) it->second = gather_shards(t, t);
+    full.insert(name, it->second);
   }
-  for (const auto& [name, t] : model_->named_buffers()) full.insert(name, t.detach());
   return full;
 }
 

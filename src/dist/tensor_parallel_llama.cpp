@@ -19,9 +19,6 @@ std::shared_ptr<nn::Llama> tensor_parallel_llama(const nn::LlamaConfig& c,
   divides(c.n_kv_head, "n_kv_head");
   divides(c.ffn_hidden, "ffn_hidden");
   divides(c.vocab_size, "vocab_size");
-  GRADUS_CHECK(!c.tie_embeddings, ValueError,
-               "tensor_parallel_llama: a tied head is not supported (the embedding is replicated "
-               "and the head split by vocabulary rows)");
   GRADUS_CHECK(c.attention_dropout == 0, ValueError, "tensor_parallel_llama: attention_dropout ",
                c.attention_dropout,
                " cannot be split over ranks (a rank's heads are not rows of the one-process draw)");
@@ -58,8 +55,17 @@ std::shared_ptr<nn::Llama> tensor_parallel_llama(const nn::LlamaConfig& c,
     mlp.up_proj = swap(mlp, "up_proj", column(c.n_embd, c.ffn_hidden, c.mlp_bias));
     mlp.down_proj = swap(mlp, "down_proj", row(c.ffn_hidden, c.n_embd, c.mlp_bias));
   }
-  model->lm_head = std::make_shared<ColumnParallelLinear>(c.n_embd, c.vocab_size, false,
-                                                          /*gather_output=*/true, group);
+  // The vocabulary split: the embedding's rows, and the head's (its logits stay this rank's
+  // classes, for dist::vocab_parallel_cross_entropy).
+  auto embedding = std::make_shared<VocabParallelEmbedding>(c.vocab_size, c.n_embd, group);
+  model->embed_tokens = embedding;
+  model->model->replace_module("embed_tokens", embedding);
+  if (c.tie_embeddings) {
+    model->lm_head = std::make_shared<VocabParallelHead>(*embedding);
+  } else {
+    model->lm_head = std::make_shared<ColumnParallelLinear>(c.n_embd, c.vocab_size, false,
+                                                            /*gather_output=*/false, group);
+  }
   model->replace_module("lm_head", model->lm_head);
   default_generator().set_state(rng);
   TensorParallelLayers(model, group).load_full_state_dict(full);

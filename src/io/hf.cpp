@@ -249,7 +249,7 @@ std::vector<std::pair<std::string, Tensor>> weights_without(const nn::Module& mo
 
 void save_hf_llama(const nn::Llama& model, const std::string& dir, const HfSaveOptions& o) {
   const nn::LlamaConfig& c = model.config;
-  const DType dtype = o.dtype.value_or(model.embed_tokens->weight.dtype());
+  const DType dtype = o.dtype.value_or(model.norm->weight.dtype());
   nlohmann::json j{{"architectures", {"LlamaForCausalLM"}},
                    {"model_type", "llama"},
                    {"vocab_size", c.vocab_size},

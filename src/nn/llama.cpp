@@ -102,7 +102,7 @@ LlamaMLP::LlamaMLP(const LlamaConfig& c) {
 }
 
 Tensor LlamaMLP::forward(const Tensor& x) {
-  return down_proj->forward(mul(silu(gate_proj->forward(x)), up_proj->forward(x)));
+  return down_proj->forward(swiglu(gate_proj->forward(x), up_proj->forward(x)));
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<RotaryCache> rotary) {
@@ -126,7 +126,7 @@ class LlamaModel : public Module {
   std::string type_name() const override { return "LlamaModel"; }
 };
 
-Tensor embed(Embedding& embed_tokens, const Tensor& idx) {
+Tensor embed(Module& embed_tokens, const Tensor& idx) {
   GRADUS_CHECK(idx.dim() == 2 && idx.dtype() == DType::i64, ValueError,
                "Llama: expects token ids [batch, time] of dtype int64, got ",
                shape_str(idx.sizes()), " ", dtype_name(idx.dtype()));
@@ -138,15 +138,15 @@ Llama::Llama(const LlamaConfig& c) : config(c) {
   c.validate();
   rotary = std::make_shared<RotaryCache>(c.head_size(), c.rope_theta);
   model = register_module("model", std::make_shared<LlamaModel>());
-  embed_tokens =
-      model->register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.n_embd));
+  auto embedding = std::make_shared<Embedding>(c.vocab_size, c.n_embd);
+  embed_tokens = model->register_module("embed_tokens", embedding);
   layers = model->register_module("layers", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < c.n_layer; ++i) {
     layers->push_back(std::make_shared<LlamaDecoderLayer>(c, rotary));
   }
   norm = model->register_module("norm", std::make_shared<RMSNorm>(c.n_embd, c.rms_norm_eps));
   if (c.tie_embeddings) {
-    lm_head = register_module("lm_head", std::make_shared<TiedLinear>(embed_tokens->weight));
+    lm_head = register_module("lm_head", std::make_shared<TiedLinear>(embedding->weight));
   } else {
     lm_head = register_module("lm_head", std::make_shared<Linear>(c.n_embd, c.vocab_size, false));
   }

@@ -1,5 +1,6 @@
 // Activation functions: one fused forward kernel each, backward through a fused helper where the
-// derivative needs the input (relu, gelu, silu, leaky_relu) or from the output (tanh, sigmoid).
+// derivative needs the input (relu, gelu, silu, leaky_relu) or from the output (tanh, sigmoid);
+// swiglu, the SwiGLU MLP's silu(gate) * up.
 #include "ops/autocast.h"
 #include "ops/common.h"
 
@@ -7,6 +8,7 @@ namespace gradus {
 
 using namespace ops;
 using backend::BinaryOp;
+using backend::TernaryOp;
 using backend::UnaryOp;
 
 namespace {
@@ -73,6 +75,40 @@ Tensor silu(const Tensor& x) {
   return record("silu", out, {x}, [sx = SavedTensor(x)](const TensorList& g, const NeedsGrad&) {
     return TensorList{binary_backward(BinaryOp::silu_backward, g[0], sx.get())};
   });
+}
+
+Tensor swiglu(const Tensor& gate, const Tensor& up) {
+  GRADUS_PROFILE_OP("swiglu");
+  const char* op = "swiglu";
+  check_defined(op, {&gate, &up});
+  check_same_device(op, {&gate, &up});
+  check_floating(op, gate);
+  GRADUS_CHECK(gate.sizes() == up.sizes() && gate.dtype() == up.dtype(), ShapeError,
+               "swiglu: gate and up must have one shape and dtype, got ", shape_str(gate.sizes()),
+               " ", dtype_name(gate.dtype()), " and ", shape_str(up.sizes()), " ",
+               dtype_name(up.dtype()));
+  Tensor out = new_empty(gate.sizes(), gate.dtype(), gate.device());
+  if (out.numel() > 0) backend_of(gate).binary(BinaryOp::swiglu, gate, up, out, 0);
+  return record(op, out, {gate, up},
+                [sg = SavedTensor(gate), su = SavedTensor(up)](const TensorList& g,
+                                                               const NeedsGrad& needs) {
+                  const Tensor& dy = g[0];
+                  const Tensor gate = cast_raw(sg.get(), dy.dtype()),
+                               up = cast_raw(su.get(), dy.dtype());
+                  Tensor dgate, dup;
+                  if (needs[0]) {
+                    dgate = new_empty(dy.sizes(), dy.dtype(), dy.device());
+                    if (dgate.numel() > 0) {
+                      backend_of(dy).ternary(TernaryOp::swiglu_gate_backward, dy, gate, up,
+                                             dgate, 0);
+                    }
+                  }
+                  if (needs[1]) {  // silu(gate) * dy: the forward kernel
+                    dup = new_empty(dy.sizes(), dy.dtype(), dy.device());
+                    if (dup.numel() > 0) backend_of(dy).binary(BinaryOp::swiglu, gate, dy, dup, 0);
+                  }
+                  return TensorList{dgate, dup};
+                });
 }
 
 Tensor sigmoid(const Tensor& x) {

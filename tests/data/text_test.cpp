@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "gradus/gradus.h"
@@ -64,6 +65,52 @@ TEST(TokenArray, MapsANanoGptBinFileAndSplitsNinetyTen) {
   }
   EXPECT_THROW(data::TokenArray::map_file((dir / "odd.bin").string()), IOError);
   EXPECT_THROW(data::TokenArray::map_file((dir / "missing.bin").string()), IOError);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TokenArray, MapsUint32FilesWithIdsAboveSixtyFiveThousand) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("gradus_text32_" + std::to_string(testing::fresh_seed()));
+  std::filesystem::create_directories(dir);
+  std::mt19937 rng(static_cast<uint32_t>(testing::fresh_seed()));
+  std::vector<uint32_t> tokens(777);
+  for (uint32_t& t : tokens) t = rng() % 151936;  // a Qwen-sized vocabulary
+  tokens[100] = 151935;
+  const std::string bin = (dir / "train32.bin").string();
+  {
+    std::ofstream out(bin, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(tokens.data()),
+              static_cast<std::streamsize>(tokens.size() * 4));
+  }
+  const data::TokenArray mapped = data::TokenArray::map_file(bin, data::TokenWidth::u32);
+  ASSERT_EQ(mapped.size(), 777);
+  EXPECT_EQ(mapped.width(), data::TokenWidth::u32);
+  for (int64_t i = 0; i < mapped.size(); ++i) ASSERT_EQ(mapped[i], tokens[static_cast<size_t>(i)]);
+  EXPECT_EQ(mapped.max_token_plus_one(), 151936);
+  const data::TokenArray tail = mapped.slice(500, 777);
+  EXPECT_EQ(tail[0], tokens[500]);
+  EXPECT_EQ(tail.max_token_plus_one(),
+            int64_t{*std::max_element(tokens.begin() + 500, tokens.end())} + 1);
+  // The sampler's windows read the same ids as from an owned array.
+  data::ContextSampler from_file(mapped, 16, 5, 7), from_memory(data::TokenArray(tokens), 16, 5, 7);
+  const auto [x1, y1] = from_file.next();
+  const auto [x2, y2] = from_memory.next();
+  EXPECT_EQ(x1.to_vector<int64_t>(), x2.to_vector<int64_t>());
+  EXPECT_EQ(y1.to_vector<int64_t>(), y2.to_vector<int64_t>());
+  EXPECT_GT(*std::max_element(tokens.begin(), tokens.end()), 65535u);
+  // A size that is not a whole number of uint32 ids names the width.
+  {
+    std::ofstream out((dir / "six.bin").string(), std::ios::binary);
+    out.write("abcdef", 6);
+  }
+  try {
+    data::TokenArray::map_file((dir / "six.bin").string(), data::TokenWidth::u32);
+    ADD_FAILURE() << "a 6-byte uint32 file was mapped";
+  } catch (const IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("uint32"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(data::parse_token_width("uint32"), data::TokenWidth::u32);
+  EXPECT_THROW(data::parse_token_width("int32"), ValueError);
   std::filesystem::remove_all(dir);
 }
 

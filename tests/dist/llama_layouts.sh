@@ -5,7 +5,7 @@
 # checkpointing (one process, and each stage of 2), 2 tensor-parallel ranks (each with 2 of the 4
 # query heads and 1 of the 2 key/value heads), zero1 over 2 tensor-parallel replicas and 2 tensor x
 # 2 pipeline ranks print the one-process
-# validation losses and end at its weights (gradus inspect --compare: every tensor within 1e-4
+# validation losses (with a tied head too: tp2, pp2, tp2 x pp2) and end at its weights (gradus inspect --compare: every tensor within 1e-4
 # relative). A ddp and a --tp 2 checkpoint resume on one process and end where the uninterrupted
 # run ends; --tp 2 with a key/value head per 2 ranks is refused;
 # --save-hf under a pipeline writes the one-process model (gradus eval on it prints the same loss
@@ -47,19 +47,40 @@ reference=$(losses "$work/one.log")
 [ -n "$reference" ] || fail "the one-process run printed no val_loss"
 echo "llama_layouts: one process: $reference"
 runs=0
-for layout in "2 --dist ddp" "2 --dist ps" "2 --dist zero1" "2 --pp 2" \
+# against LAYOUT...: each layout (its rank count first, then its options) against the one-process
+# run whose --save file and losses are $against_file and $against_losses, with $extra added.
+against() {
+  for layout in "$@"; do
+    np=${layout%% *}
+    # shellcheck disable=SC2086
+    launch $layout $extra --save "$work/run.safetensors" >"$work/run.log" 2>&1 ||
+      fail "-np $layout $extra: $(tail -3 "$work/run.log")"
+    [ "$(losses "$work/run.log")" = "$against_losses" ] ||
+      fail "-np $layout $extra printed $(losses "$work/run.log"), one process $against_losses"
+    close_to "$against_file" "$work/run.safetensors" "-np $layout $extra"
+    runs=$((runs + 1))
+    echo "llama_layouts: -np $layout $extra: the same losses, weights within 1e-4 ($(tail -1 "$work/compare.txt"))"
+  done
+}
+extra="" against_file=$work/one.safetensors against_losses=$reference
+against "2 --dist ddp" "2 --dist ps" "2 --dist zero1" "2 --pp 2" \
   "2 --pp 2 --micro-batches 2 --schedule 1f1b" "4 --pp 2 --dist ddp" "1 --grad-checkpoint 1" \
-  "2 --pp 2 --grad-checkpoint 1" "2 --tp 2" "4 --tp 2 --dist zero1" "4 --tp 2 --pp 2"; do
-  np=${layout%% *}
-  # shellcheck disable=SC2086
-  launch $layout --save "$work/run.safetensors" >"$work/run.log" 2>&1 ||
-    fail "-np $layout: $(tail -3 "$work/run.log")"
-  [ "$(losses "$work/run.log")" = "$reference" ] ||
-    fail "-np $layout printed $(losses "$work/run.log"), one process $reference"
-  close_to "$work/one.safetensors" "$work/run.safetensors" "-np $layout"
-  runs=$((runs + 1))
-  echo "llama_layouts: -np $layout: the same losses, weights within 1e-4 ($(tail -1 "$work/compare.txt"))"
-done
+  "2 --pp 2 --grad-checkpoint 1" "2 --tp 2" "4 --tp 2 --dist zero1" "4 --tp 2 --pp 2"
+
+# A tied head (--tie-embeddings): under --tp the head is the vocabulary-split embedding's own rows,
+# under --pp the first and last stages hold one weight.
+"$gradus" "${common[@]}" --tie-embeddings --save "$work/tied.safetensors" >"$work/tied.log" 2>&1 ||
+  fail "one process, tied: $(tail -3 "$work/tied.log")"
+tied=$(losses "$work/tied.log")
+[ -n "$tied" ] && [ "$tied" != "$reference" ] || fail "--tie-embeddings: $tied, untied $reference"
+params() { grep -o 'llama ([0-9]* parameters' "$1" | grep -o '[0-9]*'; }
+# One weight fewer: the head's [vocabulary, 32].
+[ $(($(params "$work/one.log") - $(params "$work/tied.log"))) -gt 0 ] &&
+  [ $((($(params "$work/one.log") - $(params "$work/tied.log")) % 32)) = 0 ] ||
+  fail "tied: $(params "$work/tied.log") parameters, untied $(params "$work/one.log")"
+echo "llama_layouts: one process, tied: $tied"
+extra="--tie-embeddings" against_file=$work/tied.safetensors against_losses=$tied
+against "2 --tp 2" "2 --pp 2" "4 --tp 2 --pp 2"
 
 # Tensor parallelism splits heads: key/value heads that do not divide over the ranks are refused.
 launch 2 --tp 2 --kv-heads 1 >"$work/run.log" 2>&1 && fail "--tp 2 with 1 key/value head was accepted"

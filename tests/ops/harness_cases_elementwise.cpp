@@ -406,6 +406,12 @@ std::vector<OpCase> elementwise_cases() {
                  [](const Inputs& x) { return addcmul(x[0], x[1], x[2], -2.0); }));
   c.push_back(op("addcmul_default", {f({5}), f({5}), f({5})},
                  [](const Inputs& x) { return addcmul(x[0], x[1], x[2]); }));
+  // The fused SwiGLU: the gate over silu's kinked region, up of both signs; strided inputs as a
+  // model's column-parallel halves are.
+  c.push_back(op("swiglu", {range({3, 8}, -4, 4), f({3, 8})},
+                 [](const Inputs& x) { return swiglu(x[0], x[1]); }));
+  c.push_back(op("swiglu_noncontig", {range({6, 5}, -4, 4, L::transposed), f({6, 5}, L::strided)},
+                 [](const Inputs& x) { return swiglu(x[0], x[1]); }));
   return c;
 }
 

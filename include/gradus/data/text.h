@@ -1,5 +1,6 @@
 // Text for language models: a character vocabulary, token arrays held in memory or memory-mapped
-// from nanoGPT's .bin files (uint16 tokens), the train/validation split, and a seeded sampler of
+// from nanoGPT's .bin files (uint16 tokens, or uint32 for vocabularies above 65536 ids), the
+// train/validation split, and a seeded sampler of
 // random context windows whose position is one integer (checkpointable, resumes exactly).
 #pragma once
 
@@ -34,26 +35,36 @@ class CharVocab {
   int16_t index_[256] = {};  // byte -> token + 1 (0: absent)
 };
 
-// A read-only run of uint16 tokens: owned, or a view into a memory-mapped file. Slices share the
-// owner, so a split keeps the mapping alive.
+// The width of a token file's ids: nanoGPT's uint16, or uint32 for vocabularies above 65536 ids.
+enum class TokenWidth { u16 = 2, u32 = 4 };
+// "uint16" / "uint32" -> the width; ValueError naming `name` otherwise.
+TokenWidth parse_token_width(const std::string& name);
+
+// A read-only run of uint16 or uint32 tokens: owned, or a view into a memory-mapped file. Slices
+// share the owner, so a split keeps the mapping alive.
 class TokenArray {
  public:
   TokenArray() = default;
   explicit TokenArray(std::vector<uint16_t> tokens);
-  // Maps a nanoGPT .bin file (raw little-endian uint16). IOError naming the file when it cannot
-  // be opened or mapped, or its size is odd.
-  static TokenArray map_file(const std::string& path);
+  explicit TokenArray(std::vector<uint32_t> tokens);
+  // Maps a nanoGPT .bin file (raw little-endian ids of `width`). IOError naming the file when it
+  // cannot be opened or mapped, or its size is not a whole number of ids.
+  static TokenArray map_file(const std::string& path, TokenWidth width = TokenWidth::u16);
   int64_t size() const { return size_; }
-  const uint16_t* data() const { return data_; }
-  uint16_t operator[](int64_t i) const { return data_[i]; }
+  TokenWidth width() const { return width_; }
+  uint32_t operator[](int64_t i) const {
+    return width_ == TokenWidth::u16 ? static_cast<const uint16_t*>(data_)[i]
+                                     : static_cast<const uint32_t*>(data_)[i];
+  }
   TokenArray slice(int64_t begin, int64_t end) const;
   // The largest token + 1 (0 when empty); scans the whole array.
   int64_t max_token_plus_one() const;
 
  private:
   std::shared_ptr<const void> owner_;
-  const uint16_t* data_ = nullptr;
+  const void* data_ = nullptr;
   int64_t size_ = 0;
+  TokenWidth width_ = TokenWidth::u16;
 };
 
 // train = the first 90% of the tokens, val = the last 10% (nanoGPT's split).

@@ -85,9 +85,26 @@ class VocabParallelEmbedding : public nn::Module {
   Tensor forward(const Tensor& ids) override;
   std::string type_name() const override { return "VocabParallelEmbedding"; }
   nn::StateDict full_state_dict() const;  // {"weight": [V, dim]} (a collective)
+  ProcessGroup& group() const { return *group_; }
+  std::shared_ptr<ProcessGroup> group_ptr() const { return group_; }
 
   int64_t num_embeddings, embedding_dim, local_rows, first_row;
   Tensor weight;  // this rank's rows
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+};
+
+// The output head tied to a VocabParallelEmbedding (they share its rows): x [.., dim] (the full
+// activations) -> this rank's logits [.., V/size] = x W_local^T, the classes the embedding's rows
+// hold; the input gradient is all-reduced (a ColumnParallelLinear without bias, not gathered).
+// Feed its logits to vocab_parallel_cross_entropy.
+class VocabParallelHead : public nn::Module {
+ public:
+  explicit VocabParallelHead(const VocabParallelEmbedding& embedding);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "VocabParallelHead"; }
+  Tensor weight;  // the embedding's rows (the same tensor)
 
  private:
   std::shared_ptr<ProcessGroup> group_;
@@ -141,10 +158,10 @@ class TensorParallelModule {
   virtual void load_full_state_dict(const nn::StateDict& full) = 0;
 };
 
-// A TensorParallelModule for any model whose split layers are ColumnParallelLinear and
-// RowParallelLinear (e.g. an nn::Sequential with a Megatron MLP inside): the column layers'
-// weights and biases are split by rows, the row layers' weights by columns (their bias is
-// replicated); or for a part of a model another TensorParallelModule describes. Parameters are
+// A TensorParallelModule for any model whose split layers are ColumnParallelLinear,
+// RowParallelLinear and VocabParallelEmbedding (e.g. an nn::Sequential with a Megatron MLP
+// inside): the column layers' weights and biases and the embeddings' weights are split by rows,
+// the row layers' weights by columns (their bias is replicated); or for a part of a model another TensorParallelModule describes. Parameters are
 // found by identity, so `model` may be the whole model or a pipeline stage of it; the model must
 // outlive this view.
 class TensorParallelLayers final : public TensorParallelModule {

@@ -108,7 +108,8 @@ class Llama : public Module {
 
   LlamaConfig config;
   std::shared_ptr<Module> model;  // embed_tokens, layers, norm
-  std::shared_ptr<Embedding> embed_tokens;
+  // An Embedding (a tensor-parallel split swaps in its own: dist::tensor_parallel_llama).
+  std::shared_ptr<Module> embed_tokens;
   std::shared_ptr<ModuleList> layers;
   std::shared_ptr<RMSNorm> norm;
   std::shared_ptr<Module> lm_head;  // Linear, or TiedLinear over embed_tokens' weight
@@ -124,7 +125,7 @@ class LlamaEmbedding : public Module {
   explicit LlamaEmbedding(const Llama& llama);
   Tensor forward(const Tensor& idx) override;
   std::string type_name() const override { return "LlamaEmbedding"; }
-  std::shared_ptr<Embedding> embed_tokens;
+  std::shared_ptr<Module> embed_tokens;
 };
 
 // A Llama as layers for a pipeline: the embedding, each decoder layer, the final norm and the

@@ -106,12 +106,14 @@ inline constexpr std::array kBinaryOps = {
     OpInfo<BinaryOp>{BinaryOp::gelu_tanh_backward, "gelu_tanh_backward"},
     OpInfo<BinaryOp>{BinaryOp::silu_backward, "silu_backward"},
     OpInfo<BinaryOp>{BinaryOp::sign_mul, "sign_mul"},
+    OpInfo<BinaryOp>{BinaryOp::swiglu, "swiglu"},
 };
 
 inline constexpr std::array kTernaryOps = {
     OpInfo<TernaryOp>{TernaryOp::where, "where"},
     OpInfo<TernaryOp>{TernaryOp::lerp, "lerp"},
     OpInfo<TernaryOp>{TernaryOp::addcmul, "addcmul"},
+    OpInfo<TernaryOp>{TernaryOp::swiglu_gate_backward, "swiglu_gate_backward"},
 };
 
 // Empty results follow PyTorch: sum 0, prod 1, logsumexp -inf, any false, all true; mean is

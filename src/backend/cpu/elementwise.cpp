@@ -290,6 +290,8 @@ void binary_float(BinaryOp op, const C* x, const C* z, C* y, int64_t n, double a
       GRADUS_MAP2(a * silu_grad(b))
     case BinaryOp::sign_mul:
       GRADUS_MAP2(a * sign_of(b))
+    case BinaryOp::swiglu:
+      GRADUS_MAP2(a * m_sigmoid(a) * b)
     default:  // comparisons and logic are bool-valued: binary_pred
       GRADUS_MAP2(C(0))
   }
@@ -418,6 +420,10 @@ void ternary_float(TernaryOp op, const C* x, const C* z, const C* w, C* y, int64
     case TernaryOp::addcmul:
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) y[i] = x[i] + alpha * z[i] * w[i];
+      return;
+    case TernaryOp::swiglu_gate_backward:
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] * w[i] * silu_grad(z[i]);
       return;
   }
 }

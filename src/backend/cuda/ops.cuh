@@ -249,6 +249,8 @@ __device__ __forceinline__ C binary_float(BinaryOp op, C a, C b, C alpha) {
       return a * silu_grad(b);
     case BinaryOp::sign_mul:
       return a * sign_of(b);
+    case BinaryOp::swiglu:
+      return a * m_sigmoid(a) * b;
     default:
       return C(0);
   }
