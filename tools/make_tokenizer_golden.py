@@ -20,7 +20,10 @@ Writes
   merges.txt            ... and merges (GPT-2's format: no added tokens)
   tokenizer_legacy.json tokenizer.json as older tokenizers wrote it (merges as "a b" strings),
                         with add_prefix_space=true
-  expected.json         {"texts": [...], "<file>": [[ids], ...] for each of the three
+  tokenizer_llama3.json a tokenizer laid out as Llama 3's (and Qwen 2's, less its NFC normalizer):
+                        a Sequence of a Split on Llama 3's regex (Isolated) and a ByteLevel
+                        pre-tokenizer without its own regex, ignore_merges, a BOS template
+  expected.json         {"texts": [...], "<file>": [[ids], ...] for each of the four
                         tokenizers}: the ids tokenizers gives each text (add_special_tokens=False)
   corpus.bin            corpus.txt encoded with tokenizer.json, raw little-endian uint16
                         (nanoGPT's .bin format)
@@ -31,7 +34,7 @@ import json
 import os
 import struct
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from tokenizers import trainers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -102,6 +105,28 @@ def train(corpus_path):
     return tok
 
 
+# Llama 3's pre-tokenization regex (its tokenizer.json's Split pattern).
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train_llama3_style(corpus_path):
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=700, min_frequency=2,
+                                  special_tokens=["<|begin_of_text|>", "<|end_of_text|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train([corpus_path], trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+        special_tokens=[("<|begin_of_text|>", tok.token_to_id("<|begin_of_text|>"))])
+    return tok
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.path.join(HERE, "..", "tests", "data", "golden", "bpe"))
@@ -138,9 +163,13 @@ def main():
     vm.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     vm.decoder = decoders.ByteLevel()
 
+    llama3_path = os.path.join(args.out, "tokenizer_llama3.json")
+    train_llama3_style(corpus_path).save(llama3_path, pretty=True)
+    llama3 = Tokenizer.from_file(llama3_path)
+
     expected = {"texts": TEXTS}
     for name, t in (("tokenizer.json", from_json), ("vocab_merges", vm),
-                    ("tokenizer_legacy.json", legacy_tok)):
+                    ("tokenizer_legacy.json", legacy_tok), ("tokenizer_llama3.json", llama3)):
         ids = [t.encode(text, add_special_tokens=False).ids for text in TEXTS]
         for text, row in zip(TEXTS, ids):
             back = t.decode(row, skip_special_tokens=False)

@@ -292,6 +292,11 @@ bool is_file(const std::string& path) {
 struct Options {
   bool add_prefix_space = false;
   bool use_regex = true;
+  // The pre-tokenizer's regex in PCRE2's syntax: GPT-2's when empty, else a Split's (Llama 3).
+  std::string pattern;
+  // Whether a newline between two printable ASCII characters always ends a piece of `pattern`
+  // (next_cut may cut the text there): true for GPT-2's and the Llama 3 / Qwen 2 patterns.
+  bool newline_ends_piece = true;
   bool ignore_merges = false;
   bool byte_fallback = false;
   bool fuse_unk = false;
@@ -759,7 +764,7 @@ std::shared_ptr<const Impl> build(std::string source, const Options& options,
     }
   }
 
-  t.re = compile(gpt2_pattern(), 0, t.source);
+  t.re = compile(options.pattern.empty() ? gpt2_pattern() : options.pattern, 0, t.source);
   t.jit = pcre2_jit_compile(t.re, PCRE2_JIT_COMPLETE) == 0;
   // Rust's regex \w (tokenizers' single_word test): Alphabetic, marks, decimal digits, connector
   // punctuation and the joiners. (PCRE2's \w is letters, numbers and '_'.)
@@ -767,7 +772,7 @@ std::shared_ptr<const Impl> build(std::string source, const Options& options,
     t.word_re = compile("[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]", PCRE2_ANCHORED,
                         t.source);
   }
-  t.cuts = options.use_regex && !newline_in_added;
+  t.cuts = options.use_regex && options.newline_ends_piece && !newline_in_added;
   return impl;
 }
 
@@ -794,6 +799,75 @@ T get_or(const json& object, const char* key, T fallback, const std::string& pat
   }
 }
 
+// Llama 3's and Qwen 2's Split patterns (Oniguruma syntax, as tokenizer.json holds them).
+constexpr const char* kLlama3Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr const char* kQwen2Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+// The Split of a pre_tokenizer that is Sequence[Split, ByteLevel(use_regex false)]; nullptr for
+// any other pre_tokenizer.
+const json* split_then_byte_level(const json* pre) {
+  if (pre == nullptr || type_of(*pre) != "Sequence") return nullptr;
+  const json* list = member(*pre, "pretokenizers");
+  if (list == nullptr || !list->is_array() || list->size() != 2) return nullptr;
+  const json &split = (*list)[0], &byte_level = (*list)[1];
+  const json* use_regex = member(byte_level, "use_regex");
+  if (type_of(split) != "Split" || type_of(byte_level) != "ByteLevel" || use_regex == nullptr ||
+      !use_regex->is_boolean() || use_regex->get<bool>()) {
+    return nullptr;
+  }
+  return &split;
+}
+
+// A Split's regex as PCRE2 compiles it the way tokenizers (Oniguruma) matches it: \s and \S as
+// Unicode's White_Space (PCRE2's \s under UCP also has U+180E). ValueError naming what is not
+// supported (a literal pattern, other behaviours, inversion).
+std::string split_pattern(const json& split, const std::string& path) {
+  const std::string behavior = get_or<std::string>(split, "behavior", "", path, "Split");
+  GRADUS_CHECK(behavior == "Isolated" && !get_or<bool>(split, "invert", false, path, "Split"),
+               ValueError, path, ": a Split pre-tokenizer with behavior '", behavior,
+               "'" , get_or<bool>(split, "invert", false, path, "Split") ? " inverted" : "",
+               " is not supported (Isolated, not inverted, as Llama 3's)");
+  const json* pattern = member(split, "pattern");
+  const json* regex = pattern != nullptr ? member(*pattern, "Regex") : nullptr;
+  GRADUS_CHECK(regex != nullptr && regex->is_string(), ValueError, path,
+               ": a Split pre-tokenizer needs a {\"Regex\": ...} pattern, got ",
+               pattern != nullptr ? pattern->dump() : std::string("none"));
+  const std::string in = regex->get<std::string>();
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const char c = in[i];
+    if (c == '\\' && i + 1 < in.size()) {
+      const char e = in[++i];
+      if (e == 's' || e == 'S') {
+        GRADUS_CHECK(e == 's' || !in_class, ValueError, path,
+                     ": \\S inside a character class of the Split regex is not supported");
+        if (!in_class) out.append(e == 's' ? "[" : "[^");
+        out.append(kWhiteSpaceClass);
+        if (!in_class) out.push_back(']');
+      } else {
+        out += c;
+        out += e;
+      }
+      continue;
+    }
+    if (c == '[' && !in_class) {
+      in_class = true;
+      out += c;
+      if (i + 1 < in.size() && in[i + 1] == '^') out += in[++i];
+      if (i + 1 < in.size() && in[i + 1] == ']') out += in[++i];  // a literal ] first
+      continue;
+    }
+    if (c == ']' && in_class) in_class = false;
+    out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
@@ -813,6 +887,19 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
                      "' is not supported: a GPT-2 style byte-level BPE has none (null)");
   }
   const json* pre = member(j, "pre_tokenizer");
+  Options o;
+  // Llama 3's (and Qwen 2's) layout: Sequence[Split(regex, Isolated), ByteLevel(use_regex
+  // false)] is the ByteLevel pre-tokenizer with the Split's regex in place of GPT-2's.
+  if (const json* split = split_then_byte_level(pre)) {
+    o.pattern = split_pattern(*split, path);
+    const std::string raw = split->at("pattern").at("Regex").get<std::string>();
+    o.newline_ends_piece = raw == kLlama3Pattern || raw == kQwen2Pattern;
+    pre = &(*pre)["pretokenizers"][1];
+    GRADUS_CHECK(!get_or<bool>(*pre, "add_prefix_space", false, path, "pre_tokenizer"),
+                 ValueError, path,
+                 ": a ByteLevel pre-tokenizer with add_prefix_space after a Split is not "
+                 "supported (it prefixes every piece)");
+  }
   if (pre == nullptr || pre->is_null() || type_of(*pre) != "ByteLevel") {
     std::string what = "none";
     if (pre != nullptr && !pre->is_null())
@@ -826,11 +913,11 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
     }
     throw ValueError(path + ": pre_tokenizer " + what +
                      " is not supported: a byte-level BPE needs the ByteLevel pre-tokenizer "
-                     "(GPT-2's regex and byte map)");
+                     "(GPT-2's regex and byte map), or a Sequence of a Split (a regex, Isolated) "
+                     "and a ByteLevel without its regex (Llama 3's)");
   }
-  Options o;
   o.add_prefix_space = get_or<bool>(*pre, "add_prefix_space", true, path, "pre_tokenizer");
-  o.use_regex = get_or<bool>(*pre, "use_regex", true, path, "pre_tokenizer");
+  o.use_regex = get_or<bool>(*pre, "use_regex", true, path, "pre_tokenizer") || !o.pattern.empty();
   const double dropout = get_or<double>(*model, "dropout", 0.0, path, "model");
   GRADUS_CHECK(dropout == 0.0, ValueError, path, ": BPE dropout (", dropout,
                ") is not supported: it makes encoding random");

@@ -90,13 +90,16 @@ lr-reference-batch|--lr-scaling linear --lr-reference-batch 64|changes|--lr-refe
 kv-heads|--kv-heads 1|refuse|--kv-heads 1|refuse
 ffn-width|--ffn-width 24|refuse|--ffn-width 24|refuse
 rope-theta|--rope-theta 50|refuse|--rope-theta 50|refuse
+tie-embeddings|--tie-embeddings|refuse|--tie-embeddings|refuse
+token-dtype|--token-dtype uint32|refuse|--token-dtype uint32|refuse
 save-hf|--save-hf $W/hf|refuse|--save-hf $W/hf|ok
 tokenizer|--tokenizer $bpe|refuse|--tokenizer $bpe|changes
 "
 # The Llama's own options (refused above for the GPT) change a --model llama run.
 llama_options="--kv-heads 1
 --ffn-width 24
---rope-theta 50"
+--rope-theta 50
+--tie-embeddings"
 # (cuda-graph is refused here because this machine has no GPU: it needs one. The GPT's --grad-clip
 # is honoured but invisible in its result: clipping scales every gradient alike, and AdamW's step
 # does not depend on the gradient's scale; dist.gpt_strategies checks its clipping.)

@@ -48,6 +48,11 @@ const BpeTokenizer& legacy() {
   static const BpeTokenizer t = BpeTokenizer::from_tokenizer_json(kDir + "/tokenizer_legacy.json");
   return t;
 }
+// Llama 3's layout: Sequence[Split(its regex), ByteLevel(use_regex false)], ignore_merges.
+const BpeTokenizer& llama3() {
+  static const BpeTokenizer t = BpeTokenizer::from_tokenizer_json(kDir + "/tokenizer_llama3.json");
+  return t;
+}
 
 std::string shown(const std::string& s) {
   std::string out;
@@ -94,6 +99,17 @@ TEST(BpeTokenizer, GivesTokenizersIdsFromVocabAndMerges) {
 
 TEST(BpeTokenizer, GivesTokenizersIdsFromLegacyMergesWithPrefixSpace) {
   expect_golden(legacy(), "tokenizer_legacy.json");
+}
+
+TEST(BpeTokenizer, GivesTokenizersIdsFromALlama3StyleTokenizerJson) {
+  expect_golden(llama3(), "tokenizer_llama3.json");
+  EXPECT_EQ(llama3().token_to_id("<|begin_of_text|>"), 0u);
+  // Its regex, not GPT-2's: digits in groups of at most three, a letter run takes one leading
+  // punctuation character.
+  EXPECT_NE(llama3().encode("1234567"), from_json().encode("1234567"));
+  // A newline between printable characters still ends a piece of Llama 3's regex: the text may
+  // be cut there for parallel encoding.
+  EXPECT_EQ(llama3().next_cut("ab\ncd\n", 1), 3u);
 }
 
 TEST(BpeTokenizer, FromDirReadsTokenizerJsonElseVocabAndMerges) {
@@ -154,7 +170,7 @@ TEST(BpeTokenizer, DecodeOfEncodeIsTheInputForRandomBytes) {
   std::mt19937_64 rng(seed);
   for (int k = 0; k < 300; ++k) {
     const std::string s = random_bytes(rng, 120);
-    for (const BpeTokenizer* t : {&from_json(), &from_files(), &legacy()}) {
+    for (const BpeTokenizer* t : {&from_json(), &from_files(), &legacy(), &llama3()}) {
       const std::vector<uint32_t> ids = t->encode(s);
       std::string back = t->decode(std::vector<int64_t>(ids.begin(), ids.end()));
       // add_prefix_space adds one space before the text.
@@ -220,7 +236,7 @@ TEST(BpeTokenizer, ParallelAndBlockwiseEncodingsEqualTheSerialOne) {
   const uint64_t seed = std::random_device{}();
   const std::string text = long_text(seed);
   ASSERT_GT(text.size(), 400000u);
-  for (const BpeTokenizer* t : {&from_json(), &legacy()}) {
+  for (const BpeTokenizer* t : {&from_json(), &legacy(), &llama3()}) {
     const std::vector<uint32_t> serial = t->encode(text);
     EXPECT_EQ(t->encode_parallel(text, 4), serial) << "seed " << seed << " " << t->source();
     std::vector<uint32_t> blocks;
@@ -247,7 +263,7 @@ TEST(BpeTokenizer, EveryCutOffsetKeepsTheIds) {
   for (int k = 0; k < 40; ++k) {
     std::string text;
     for (int line = 0; line < 30; ++line) text += random_bytes(rng, 12) + "\n";
-    for (const BpeTokenizer* t : {&from_json(), &legacy()}) {
+    for (const BpeTokenizer* t : {&from_json(), &legacy(), &llama3()}) {
       std::vector<uint32_t> cut;
       t->encode_blocks(
           text, 1,
@@ -327,6 +343,35 @@ TEST(BpeTokenizer, ErrorsNameTheFileAndTheProblem) {
   EXPECT_NE(
       load_error(dir, [](json& j) { j["pre_tokenizer"] = nullptr; }).find("pre_tokenizer none"),
       std::string::npos);
+  // Llama 3's Sequence, with what it does not support.
+  const auto split_then_byte_level = [](json split, json byte_level) {
+    return [=](json& j) {
+      j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {split, byte_level}}};
+    };
+  };
+  const json regex_split = {
+      {"type", "Split"}, {"pattern", {{"Regex", "\\s+|\\S+"}}}, {"behavior", "Isolated"}};
+  const json no_regex = {{"type", "ByteLevel"}, {"use_regex", false}};
+  json removed = regex_split;
+  removed["behavior"] = "Removed";
+  EXPECT_NE(load_error(dir, split_then_byte_level(removed, no_regex))
+                .find("Split pre-tokenizer with behavior 'Removed' is not supported"),
+            std::string::npos);
+  json literal = regex_split;
+  literal["pattern"] = {{"String", " "}};
+  EXPECT_NE(load_error(dir, split_then_byte_level(literal, no_regex))
+                .find("needs a {\"Regex\": ...} pattern, got {\"String\":\" \"}"),
+            std::string::npos);
+  json prefixed = no_regex;
+  prefixed["add_prefix_space"] = true;
+  EXPECT_NE(load_error(dir, split_then_byte_level(regex_split, prefixed))
+                .find("add_prefix_space after a Split is not supported"),
+            std::string::npos);
+  json bad_regex = regex_split;
+  bad_regex["pattern"]["Regex"] = "(unclosed";
+  EXPECT_NE(load_error(dir, split_then_byte_level(bad_regex, no_regex))
+                .find("cannot compile the pre-tokenizer's regex"),
+            std::string::npos);
   EXPECT_NE(load_error(dir,
                        [](json& j) {
                          j["normalizer"] = {{"type", "NFC"}};
