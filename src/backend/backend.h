@@ -96,7 +96,6 @@ enum class TernaryOp : uint8_t {
   where,    // a (bool) ? b : c
   lerp,     // a + c * (b - a)
   addcmul,  // a + alpha * b * c
-  swiglu_gate_backward,  // a * c * d/db silu(b): swiglu's gradient for the gate b (c: up)
 };
 
 // Reductions over a set of axes. The output has the input's rank with size 1 at reduced axes.
@@ -305,6 +304,12 @@ class Backend {
                                   const Tensor& v, const Tensor& out, const Tensor& lse,
                                   const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
                                   const AttentionArgs& args) = 0;
+
+  // The SwiGLU's gradients in one pass (one sigmoid per element): with s = sigmoid(gate),
+  // grad_up = grad silu(gate) = grad gate s, grad_gate = grad up s (1 + gate (1 - s)). All five
+  // contiguous, one shape and one floating dtype. (The forward is BinaryOp::swiglu.)
+  virtual void swiglu_backward(const Tensor& grad, const Tensor& gate, const Tensor& up,
+                               const Tensor& grad_gate, const Tensor& grad_up) = 0;
 
   // Rotary position embedding in the "rotate half" layout: with x's last dim split as [x1, x2],
   // out = [x1 cos - x2 sin, x2 cos + x1 sin] (inverse: the rotation by minus the angle, which

@@ -8,7 +8,6 @@ namespace gradus {
 
 using namespace ops;
 using backend::BinaryOp;
-using backend::TernaryOp;
 using backend::UnaryOp;
 
 namespace {
@@ -91,22 +90,14 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   if (out.numel() > 0) backend_of(gate).binary(BinaryOp::swiglu, gate, up, out, 0);
   return record(op, out, {gate, up},
                 [sg = SavedTensor(gate), su = SavedTensor(up)](const TensorList& g,
-                                                               const NeedsGrad& needs) {
-                  const Tensor& dy = g[0];
-                  const Tensor gate = cast_raw(sg.get(), dy.dtype()),
-                               up = cast_raw(su.get(), dy.dtype());
-                  Tensor dgate, dup;
-                  if (needs[0]) {
-                    dgate = new_empty(dy.sizes(), dy.dtype(), dy.device());
-                    if (dgate.numel() > 0) {
-                      backend_of(dy).ternary(TernaryOp::swiglu_gate_backward, dy, gate, up,
-                                             dgate, 0);
-                    }
-                  }
-                  if (needs[1]) {  // silu(gate) * dy: the forward kernel
-                    dup = new_empty(dy.sizes(), dy.dtype(), dy.device());
-                    if (dup.numel() > 0) backend_of(dy).binary(BinaryOp::swiglu, gate, dy, dup, 0);
-                  }
+                                                               const NeedsGrad&) {
+                  // Both gradients in one pass (one sigmoid per element), contiguous.
+                  const Tensor dy = contiguous_raw(g[0]);
+                  const Tensor gate = contiguous_raw(cast_raw(sg.get(), dy.dtype())),
+                               up = contiguous_raw(cast_raw(su.get(), dy.dtype()));
+                  Tensor dgate = new_empty(dy.sizes(), dy.dtype(), dy.device());
+                  Tensor dup = new_empty(dy.sizes(), dy.dtype(), dy.device());
+                  backend_of(dy).swiglu_backward(dy, gate, up, dgate, dup);
                   return TensorList{dgate, dup};
                 });
 }

@@ -113,7 +113,6 @@ inline constexpr std::array kTernaryOps = {
     OpInfo<TernaryOp>{TernaryOp::where, "where"},
     OpInfo<TernaryOp>{TernaryOp::lerp, "lerp"},
     OpInfo<TernaryOp>{TernaryOp::addcmul, "addcmul"},
-    OpInfo<TernaryOp>{TernaryOp::swiglu_gate_backward, "swiglu_gate_backward"},
 };
 
 // Empty results follow PyTorch: sum 0, prod 1, logsumexp -inf, any false, all true; mean is

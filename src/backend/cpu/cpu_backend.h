@@ -103,6 +103,9 @@ class CpuBackend final : public Backend {
   void dropout(const Tensor& x, double p, PhiloxState state, const Tensor& out,
                const Tensor& mask) override;
 
+  // swiglu.cpp
+  void swiglu_backward(const Tensor& grad, const Tensor& gate, const Tensor& up,
+                       const Tensor& grad_gate, const Tensor& grad_up) override;
   // attention.cpp
   void rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse,
                         const Tensor& out) override;

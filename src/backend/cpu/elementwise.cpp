@@ -421,10 +421,6 @@ void ternary_float(TernaryOp op, const C* x, const C* z, const C* w, C* y, int64
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) y[i] = x[i] + alpha * z[i] * w[i];
       return;
-    case TernaryOp::swiglu_gate_backward:
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) y[i] = x[i] * w[i] * silu_grad(z[i]);
-      return;
   }
 }
 

@@ -72,7 +72,6 @@ struct TernaryFn {
   double alpha;
   __device__ __forceinline__ C operator()(C x, C y, C z) const {
     if constexpr (std::is_integral_v<C>) {
-      // (swiglu_gate_backward takes floating inputs only: the op layer refuses integers)
       if (op == TernaryOp::addcmul) return x + static_cast<int64_t>(alpha) * y * z;
       // lerp of integers: through double, like the CPU
       const double s = static_cast<double>(x), e = static_cast<double>(y),
@@ -80,7 +79,6 @@ struct TernaryFn {
       return float_to_int<int64_t>(fabs(t) < 0.5 ? s + t * (e - s) : e - (e - s) * (1.0 - t));
     } else {
       if (op == TernaryOp::addcmul) return x + static_cast<C>(alpha) * y * z;
-      if (op == TernaryOp::swiglu_gate_backward) return x * z * silu_grad(y);
       // PyTorch's two-sided lerp: exact at weight 0 and 1
       return fabs(z) < C(0.5) ? x + z * (y - x) : y - (y - x) * (C(1) - z);
     }

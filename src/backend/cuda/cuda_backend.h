@@ -94,6 +94,8 @@ class CudaBackend final : public Backend {
                  const std::vector<Tensor>& exp_avg, const std::vector<Tensor>& exp_avg_sq,
                  const std::vector<Tensor>& max_exp_avg_sq, const AdamArgs& args) override;
   // attention.cu
+  void swiglu_backward(const Tensor& grad, const Tensor& gate, const Tensor& up,
+                       const Tensor& grad_gate, const Tensor& grad_up) override;
   void rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse,
                         const Tensor& out) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

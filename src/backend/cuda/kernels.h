@@ -102,6 +102,11 @@ void launch_attention_score_grad(const AttentionShape& s, const AttentionArgs& a
 void launch_attention_delta(const AttentionShape& s, const void* grad_out, const void* out,
                             void* delta, DType dtype, cudaStream_t stream);
 
+// ---------------------------------------------------------------------------- swiglu.cu
+// n contiguous elements of each, all of `dtype` (BackendInterface::swiglu_backward).
+void launch_swiglu_backward(const void* grad, const void* gate, const void* up, void* grad_gate,
+                            void* grad_up, int64_t n, DType dtype, cudaStream_t stream);
+
 // ---------------------------------------------------------------------------- rotary.cu
 struct RotaryArgs {
   DType dtype = DType::f32;

@@ -194,6 +194,16 @@ void CudaBackend::cross_entropy_backward(const Tensor& grad_loss, const Tensor& 
   o.finish();
 }
 
+// ------------------------------------------------------------------------------- swiglu
+void CudaBackend::swiglu_backward(const Tensor& grad, const Tensor& gate, const Tensor& up,
+                                  const Tensor& grad_gate, const Tensor& grad_up) {
+  if (grad.numel() == 0) return;
+  DeviceGuard guard(grad);
+  launch_swiglu_backward(grad.raw_data(), gate.raw_data(), up.raw_data(), grad_gate.raw_data(),
+                         grad_up.raw_data(), grad.numel(), grad.dtype(),
+                         stream_of(grad.device().index()));
+}
+
 // ------------------------------------------------------------------------------- rotary
 void CudaBackend::rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin,
                                    bool inverse, const Tensor& out) {
