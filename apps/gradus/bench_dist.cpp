@@ -5,8 +5,10 @@
 // --batch-size is the global batch; each rank trains on its share, on its own random batches
 // (the model starts from the same seed everywhere). A step's time is the slowest rank's median
 // (every rank waits for the others each step). Besides the time it reports what each rank moved
-// per step (payload bytes handed to MPI/NCCL, from the process group's counters), the optimizer
-// state each rank holds (ZeRO-1 shards it), and for ddp how long backward waited at its end for
+// per step (payload bytes handed to MPI/NCCL, from the process group's counters), what each rank
+// holds between steps (train::Strategy::memory_footprint: parameter, gradient and optimizer-state
+// bytes, counted by tensor storage) and the most its tensors held at once during one step
+// (peak_bytes: the host's or the GPU's allocation counter), and for ddp how long backward waited at its end for
 // communication still in flight and how long the same gradients take to all-reduce alone: with
 // both, the fraction of the communication hidden behind backward is 1 - wait / comm.
 #include <algorithm>
@@ -131,13 +133,29 @@ int run_bench_dist(const BenchOptions& o) {
       ddp ? (ddp->stats().wait_seconds - ddp_before.wait_seconds) * 1e3 / timed : 0.0;
   const double comm_ms =
       ddp ? time_all_reduce(*group, model->num_parameters(), device, o.warmup, o.steps) : 0.0;
+  // What each rank holds between steps, then the most its tensors held during one more step.
+  const train::MemoryFootprint held = strategy->memory_footprint();
+  if (device.is_cuda()) {
+    cuda::synchronize();
+    cuda::reset_peak_memory_stats(device.index());
+  } else {
+    host::reset_peak_memory();
+  }
+  step();
+  const double peak = static_cast<double>(device.is_cuda()
+                                              ? cuda::memory_stats(device.index()).peak_allocated
+                                              : host::memory_stats().peak_allocated_bytes);
 
   // Collectives: every rank takes part, rank 0 prints.
   const std::vector<double> step_ms = gather(*group, median(times));
   const std::vector<double> sent_all = gather(*group, sent);
   const std::vector<double> received_all = gather(*group, received);
+  const std::vector<double> parameter_all =
+      gather(*group, static_cast<double>(held.parameter_bytes));
+  const std::vector<double> gradient_all = gather(*group, static_cast<double>(held.gradient_bytes));
   const std::vector<double> state_all =
-      gather(*group, static_cast<double>(optimizer.state_bytes()));
+      gather(*group, static_cast<double>(held.optimizer_state_bytes));
+  const std::vector<double> peak_all = gather(*group, peak);
   const std::vector<double> wait_all = gather(*group, wait_ms);
   const std::vector<double> loss_all = gather(*group, last_loss);
   if (world.rank != 0) return 0;
@@ -166,7 +184,10 @@ int run_bench_dist(const BenchOptions& o) {
                                 {"samples_per_s", static_cast<double>(o.batch_size) / (ms * 1e-3)},
                                 {"bytes_sent_per_step", as_int(sent_all)},
                                 {"bytes_received_per_step", as_int(received_all)},
+                                {"parameter_bytes", as_int(parameter_all)},
+                                {"gradient_bytes", as_int(gradient_all)},
                                 {"optimizer_state_bytes", as_int(state_all)},
+                                {"peak_bytes", as_int(peak_all)},
                                 {"steps", o.steps},
                                 {"warmup", o.warmup},
                                 {"repeats", o.repeats},

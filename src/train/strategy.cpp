@@ -1,6 +1,7 @@
 // The data-parallel strategies and their registry (gradus/train/strategy.h).
 #include "gradus/train/strategy.h"
 
+#include <set>
 #include <sstream>
 
 #include "gradus/dist/module_sync.h"
@@ -9,6 +10,28 @@
 #include "gradus/ops.h"
 
 namespace gradus::train {
+
+namespace {
+
+// Bytes of the storages under `tensors` not counted yet (`seen` remembers them).
+uint64_t storage_bytes(const std::vector<Tensor>& tensors,
+                       std::set<const StorageImpl*>& seen) {
+  uint64_t bytes = 0;
+  for (const Tensor& t : tensors) {
+    if (!t.defined() || t.impl() == nullptr) continue;
+    const Storage& storage = t.impl()->storage();
+    if (storage && seen.insert(storage.get()).second) bytes += storage->nbytes();
+  }
+  return bytes;
+}
+
+std::vector<Tensor> gradients_of(const std::vector<Tensor>& params) {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) grads.push_back(p.grad());
+  return grads;
+}
+
+}  // namespace
 
 Strategy::Strategy(const StrategyOptions& options)
     : group_(options.group ? options.group : dist::default_group()), options_(options) {}
@@ -62,6 +85,18 @@ optim::Optimizer& Strategy::optimizer() const {
   GRADUS_CHECK(optimizer_ != nullptr, ValueError, "train: strategy ", name(),
                " used before setup()");
   return *optimizer_;
+}
+
+MemoryFootprint Strategy::memory_footprint() const {
+  std::set<const StorageImpl*> seen;
+  MemoryFootprint m;
+  const std::vector<Tensor> params = model().parameters();
+  m.parameter_bytes = storage_bytes(params, seen);
+  m.parameter_bytes += storage_bytes(optimizer().all_params(), seen);
+  m.gradient_bytes = storage_bytes(gradients_of(params), seen);
+  m.gradient_bytes += storage_bytes(gradients_of(optimizer().all_params()), seen);
+  m.optimizer_state_bytes = optimizer().state_bytes();
+  return m;
 }
 
 // The gradients are averaged by the time this runs (local: nothing to average; DDP: during
@@ -182,6 +217,18 @@ class Zero1Strategy final : public Strategy {
   nn::Module& module() override { return model(); }
   void before_forward() override {
     if (model().is_training()) dist::broadcast_buffers(model(), *group_, 0);
+  }
+  // The flat parameters and gradients, and the reduce-scattered gradient shard the local
+  // optimizer reads.
+  MemoryFootprint memory_footprint() const override {
+    MemoryFootprint m = Strategy::memory_footprint();
+    std::set<const StorageImpl*> seen;
+    for (const Tensor& p : model().parameters()) seen.insert(p.impl()->storage().get());
+    for (const Tensor& p : optimizer().all_params()) {
+      if (p.grad().defined()) seen.insert(p.grad().impl()->storage().get());
+    }
+    m.gradient_bytes += storage_bytes(gradients_of(zero_->local().all_params()), seen);
+    return m;
   }
   void step(amp::GradScaler& scaler, double max_grad_norm) override {
     GRADUS_CHECK(!scaler.is_enabled(), ValueError,

@@ -55,6 +55,23 @@ TEST_P(Strategy, MatchesOneProcessOnTheWholeBatch) {
   EXPECT_LT(params_diff(*local, *ref), tol)
       << mode << " " << model_name << " " << opt_name << " seed " << seed;
 
+  // What the rank holds between steps, against the model's own sizes: every strategy here keeps
+  // the whole parameters and a whole gradient (a flat buffer adds at most its padding), ZeRO-1
+  // its gradient shard besides; the optimizer state is the optimizer's.
+  const train::MemoryFootprint held = strategy->memory_footprint();
+  uint64_t model_bytes = 0;
+  for (const Tensor& p : local->parameters()) {
+    model_bytes += static_cast<uint64_t>(p.numel()) * p.element_size();
+  }
+  const uint64_t padding = static_cast<uint64_t>(size) * 8, s = static_cast<uint64_t>(size);
+  const bool sharded = strategy->caps().sharded_optimizer_state;
+  EXPECT_GE(held.parameter_bytes, model_bytes) << mode;
+  EXPECT_LE(held.parameter_bytes, model_bytes + padding) << mode;
+  EXPECT_GE(held.gradient_bytes, model_bytes + (sharded ? model_bytes / s : 0)) << mode;
+  EXPECT_LE(held.gradient_bytes, model_bytes + (sharded ? model_bytes / s : 0) + 2 * padding)
+      << mode;
+  EXPECT_EQ(held.optimizer_state_bytes, opt->state_bytes()) << mode;
+
   if (strategy->caps().sharded_optimizer_state) {
     // Optimizer state per rank: 1/size of the unsharded one (up to padding).
     uint64_t full_bytes = 0;

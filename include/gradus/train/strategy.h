@@ -76,6 +76,16 @@ struct StrategyOptions {
   std::shared_ptr<dist::Pipeline> pipeline = nullptr;
 };
 
+// What one rank holds between training steps, in bytes of tensor storage (each storage counted
+// once, so a flat buffer that parameters are views of counts once, padding included): the
+// parameters, their gradients (with the strategy's own gradient buffers: DDP's buckets, ZeRO's
+// shards) and the optimizer state.
+struct MemoryFootprint {
+  uint64_t parameter_bytes = 0;
+  uint64_t gradient_bytes = 0;
+  uint64_t optimizer_state_bytes = 0;
+};
+
 class Strategy {
  public:
   explicit Strategy(const StrategyOptions& options);  // (abstract: made through the registry)
@@ -115,6 +125,8 @@ class Strategy {
   dist::TensorParallelModule* tensor_parallel() const { return options_.tensor_parallel.get(); }
   // The pipeline (nullptr unless StrategyOptions::pipeline).
   dist::Pipeline* pipeline() const { return options_.pipeline.get(); }
+  // What this rank holds now (call it between steps: after step(), before the next zero_grad).
+  virtual MemoryFootprint memory_footprint() const;
   // How each replica is spread over ranks (what gradient clipping needs).
   dist::ModelParallel model_parallel() const;
   // Every rank that trains this model: the data ranks, and with tensor or pipeline parallelism
