@@ -73,6 +73,7 @@ struct TrainOptions {
   std::string checkpoint_dir;    // empty: no checkpoints
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end of each epoch)
   int keep_checkpoints = 3;      // newest complete checkpoints kept (0: all)
+  bool async_checkpoint = false;  // write checkpoints on a background thread
   bool resume = false;           // continue from the newest good checkpoint in checkpoint_dir
   bool resume_or_start = false;  // resume; when every checkpoint is damaged, start at step 0
   std::string save;              // final weights as safetensors (PyTorch state_dict names)

@@ -337,6 +337,10 @@ void add_train(CLI::App& app, TrainOptions& o) {
       ->check(kNonNegative)
       ->capture_default_str()
       ->needs(dir);
+  c->add_flag("--async-checkpoint", o.async_checkpoint,
+              "Write each checkpoint on a background thread while training continues (the state "
+              "is copied to host memory first; the next checkpoint waits for the previous)")
+      ->needs(dir);
   c->add_flag("--resume", o.resume,
               "Continue from the newest good checkpoint in --checkpoint-dir (checksums verified; "
               "damaged newer ones are skipped; from scratch when there is none, an error when "

@@ -155,6 +155,7 @@ int run_train_images(const TrainOptions& options) {
                          "checkpoint-dir",
                          "checkpoint-every",
                          "keep-checkpoints",
+                         "async-checkpoint",
                          "resume",
                          "resume-or-start",
                          "save",
@@ -476,6 +477,7 @@ int run_train_images(const TrainOptions& options) {
 
   const train::FitResult fit = trainer.fit(train_loader);
   if (fit.stopped) return report_stop(fit, lead);
+  report_checkpoint_times(fit, lead);
   if (!fit.last_epoch) {  // resumed after the last epoch
     task->evaluate(trainer.strategy().inference_module());
     result = task->last();

@@ -30,7 +30,19 @@ inline train::CheckpointOptions checkpoint_options(const TrainOptions& o) {
           .keep = o.keep_checkpoints,
           .resume = o.resume,
           .resume_or_start = o.resume_or_start,
-          .who = "gradus train"};
+          .who = "gradus train",
+          .async = o.async_checkpoint};
+}
+
+// What the run's checkpoints cost it (the lead rank's line, on stderr): how many were written,
+// how long training waited for them and how long the writes took.
+inline void report_checkpoint_times(const train::FitResult& fit, bool lead) {
+  const train::CheckpointTimes& t = fit.checkpoint_times;
+  if (!lead || t.written == 0) return;
+  std::fprintf(stderr,
+               "gradus train: %lld checkpoint(s): training waited %.3f s for them, the writes "
+               "took %.3f s\n",
+               static_cast<long long>(t.written), t.blocked_seconds, t.write_seconds);
 }
 
 // The newest good checkpoint's state loaded (with --resume), or step 0; refuses a non-empty
@@ -46,6 +58,7 @@ inline StartPoint find_start(const TrainOptions& o, const std::string& config, n
 // with its checkpoint): the stop line (the lead rank's), "stopped_at_step=N" on stdout, and the
 // exit code (128 + the signal, 0 for --stop-after-steps).
 inline int report_stop(const train::FitResult& fit, bool lead) {
+  report_checkpoint_times(fit, lead);
   if (lead) {
     const char* why =
         fit.stop_signal != 0 ? train::stop_signal_name(fit.stop_signal) : "--stop-after-steps";

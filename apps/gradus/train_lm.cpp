@@ -147,6 +147,7 @@ int run_train_lm(const TrainOptions& o) {
        // the language model shows no progress bar: --no-progress asks for what it does
        "no-progress", "dropout", "amp", "profile", "profile-steps", "cuda-graph", "read-loss-every",
        "save", "dist", "dist-timeout", "checkpoint-dir", "checkpoint-every", "keep-checkpoints",
+       "async-checkpoint",
        "resume", "resume-or-start", "stop-after-steps", "freeze", "init-from", "memory-limit",
        "deterministic", "detect-anomaly", "optimizer", "scheduler", "tp", "pp", "micro-batches",
        "schedule", "grad-accum", "kv-heads", "ffn-width", "rope-theta", "save-hf", "tokenizer",
@@ -495,6 +496,7 @@ int run_train_lm(const TrainOptions& o) {
 
   const train::FitResult fit = trainer.fit(train_loader);
   if (fit.stopped) return report_stop(fit, lead);
+  report_checkpoint_times(fit, lead);
   if (std::isnan(val_loss)) {  // resumed after the last step
     NoGradGuard no_grad;
     nn::Module& whole_model = trainer.strategy().inference_module();

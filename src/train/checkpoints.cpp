@@ -5,12 +5,14 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
 #include <type_traits>
+#include <utility>
 
 #include "gradus/io/io.h"
 #include "gradus/ops.h"
@@ -359,10 +361,45 @@ Checkpointer::Checkpointer(CheckpointOptions options, nn::Module& model,
       config_(std::move(config)),
       writer_(writer) {}
 
+Checkpointer::~Checkpointer() {
+  if (writing_.joinable()) writing_.join();
+}
+
+void Checkpointer::wait_for_write() {
+  if (!writing_.joinable()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  writing_.join();
+  times_.blocked_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  times_.write_seconds += write_seconds_;
+}
+
+void Checkpointer::finish() {
+  wait_for_write();
+  if (write_error_) std::rethrow_exception(std::exchange(write_error_, nullptr));
+}
+
+namespace {
+// The state's tensors as host copies of their own: what training goes on to change (the
+// parameters, the optimizer's moments) must not reach a file written later.
+void detach_to_host(io::TrainingState& s) {
+  auto own = [](const Tensor& t) { return t.defined() ? t.detach().to(Device::cpu()).clone() : t; };
+  nn::StateDict model;
+  for (const auto& [name, t] : s.model) model.insert(name, own(t));
+  s.model = std::move(model);
+  for (auto& [key, t] : s.optimizer.tensors) t = own(t);
+  for (auto& [key, t] : s.extra_tensors) t = own(t);
+}
+}  // namespace
+
 std::string Checkpointer::save(int64_t step, data::LoaderPosition next,
                                const EpochProgress& progress) {
   if (!enabled()) return {};
   if (step == last_step_ && next == last_position_) return last_path_;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto blocked = [&] {
+    times_.blocked_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   // A sharded optimizer's state_dict() gathers (a collective: every rank is here) the state one
   // unsharded optimizer would have, so the checkpoint resumes at any world size.
   io::TrainingState s = io::capture_training_state(model_, &optimizer_, step, scheduler_);
@@ -387,7 +424,26 @@ std::string Checkpointer::save(int64_t step, data::LoaderPosition next,
   s.batch_index = next.batch;
   s.config = config_;
   store_epoch_progress(s, progress);
-  last_path_ = io::save_checkpoint(options_.dir, step, s, options_.keep);
+  ++times_.written;
+  if (!options_.async) {
+    last_path_ = io::save_checkpoint(options_.dir, step, s, options_.keep);
+    blocked();
+    times_.write_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return last_path_;
+  }
+  detach_to_host(s);
+  finish();  // one write at a time, in step order; an earlier write's error stops the run here
+  last_path_ = (std::filesystem::path(options_.dir) / io::checkpoint_filename(step)).string();
+  writing_ = std::thread([this, state = std::move(s), step] {
+    const auto w0 = std::chrono::steady_clock::now();
+    try {
+      io::save_checkpoint(options_.dir, step, state, options_.keep);
+    } catch (...) {
+      write_error_ = std::current_exception();
+    }
+    write_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  });
+  blocked();
   return last_path_;
 }
 

@@ -230,6 +230,8 @@ FitResult Trainer::fit(data::DataLoader& loader) {
   auto stop = [&](data::LoaderPosition next, const EpochProgress& progress, int signal) {
     profiler.finish();
     result.checkpoint = checkpoints.save(step, next, progress);
+    checkpoints.finish();  // the stop's checkpoint is on disk before the run reports it
+    result.checkpoint_times = checkpoints.times();
     result.stopped = true;
     result.stop_signal = signal;
     result.steps = step;
@@ -349,6 +351,8 @@ FitResult Trainer::fit(data::DataLoader& loader) {
   const std::string last =
       checkpoints.save(step, {std::max(options_.epochs, start.position.epoch), 0}, {});
   if (!last.empty()) result.checkpoint = last;
+  checkpoints.finish();
+  result.checkpoint_times = checkpoints.times();
   result.steps = step;
   return result;
 }

@@ -8,9 +8,14 @@
 # stop cleanly with a checkpoint of the current step (exit code 143). Finally the run is let
 # finish: its weights must be bitwise identical (SHA-256) to an uninterrupted run's and its
 # per-step losses identical, i.e. the kills lost nothing and changed nothing.
-#   crash_test.sh GRADUS_EXE WORK_DIR [KILLS]
+# MIDWRITE_KILLS > 0 keeps killing (up to 10 x KILLS kills) until that many SIGKILLs landed while a
+# checkpoint was being written; the remaining arguments are added to the training command (e.g.
+# --async-checkpoint: the writes then run on a background thread while training goes on).
+#   crash_test.sh GRADUS_EXE WORK_DIR [KILLS] [MIDWRITE_KILLS] [TRAIN_OPTION...]
 source "$(dirname "$0")/lib.sh"
 KILLS="${3:-50}"
+MIDWRITE_KILLS="${4:-0}"
+EXTRA=("${@:5}")
 make_data
 
 CFG=(train --data mnist --data-dir data --epochs 12 --batch-size 24 --threads 1 --device cpu
@@ -22,7 +27,7 @@ TOTAL=$(step_losses ref.jsonl | wc -l)
 kills=0 terms=0 graceful=0 midwrite=0 resumed=0 rounds=0 inspected=0
 start_s=$SECONDS
 RUN=("$GRADUS" "${CFG[@]}" --checkpoint-dir ck --checkpoint-every 1 --keep-checkpoints 3 --resume
-  --metrics run.jsonl --log-every 1 --save final.safetensors)
+  --metrics run.jsonl --log-every 1 --save final.safetensors "${EXTRA[@]}")
 
 # Checks every checkpoint in ck/; sets $newest (the file a resume must pick).
 check_dir() {
@@ -40,12 +45,18 @@ check_dir() {
   if ls ck/*.tmp.* >/dev/null 2>&1; then midwrite=$((midwrite + 1)); fi
 }
 
+# Whether to go on killing: KILLS kills, and MIDWRITE_KILLS of them during a write (bounded).
+more_kills() {
+  [ "$kills" -lt "$KILLS" ] && return 0
+  [ "$midwrite_kills" -lt "$MIDWRITE_KILLS" ] && [ "$kills" -lt $((10 * KILLS)) ]
+}
+midwrite_kills=0
 # Rounds: a fast machine may finish a run before KILLS kills; then a fresh round starts.
-while [ "$kills" -lt "$KILLS" ]; do
+while more_kills; do
   rounds=$((rounds + 1))
   rm -rf ck run.jsonl final.safetensors
   expected_resume=""
-  while [ "$kills" -lt "$KILLS" ]; do
+  while more_kills; do
     # (A kill within a few microseconds can come before the redirection truncates run.out.)
     rm -f run.out
     touch started.mark
@@ -88,7 +99,9 @@ while [ "$kills" -lt "$KILLS" ]; do
       kills=$((kills + 1))
       [ "$rc" -eq 137 ] || fail "kill $kills: expected exit code 137 (SIGKILL), got $rc: $(cat run.out 2>/dev/null)"
     fi
+    before=$midwrite
     check_dir
+    [ "$sig" = KILL ] && [ "$midwrite" -gt "$before" ] && midwrite_kills=$((midwrite_kills + 1))
     echo "pid $pid: SIG$sig, exit $rc, $(grep -so 'resuming from [^ ]*' run.out), newest now $newest" >>cycles.log
     expected_resume="$newest"
   done
@@ -104,9 +117,11 @@ done
 # and enough files were inspected and resumed from.
 [ "$midwrite" -ge $((KILLS / 10)) ] ||
   fail "only $midwrite of $kills kills landed during a checkpoint write (want >= $((KILLS / 10)))"
+[ "$midwrite_kills" -ge "$MIDWRITE_KILLS" ] ||
+  fail "only $midwrite_kills of $kills SIGKILLs landed during a checkpoint write (want >= $MIDWRITE_KILLS)"
 [ "$inspected" -ge "$kills" ] || fail "only $inspected checkpoint files inspected after $kills kills"
 [ "$resumed" -ge $((KILLS / 2)) ] || fail "only $resumed resumes after $kills kills (want >= $((KILLS / 2)))"
-echo "PASS: $kills SIGKILLs + $terms SIGTERMs ($graceful stopped with a checkpoint) in $rounds round(s)" \
+echo "PASS${EXTRA[*]:+ (${EXTRA[*]})}: $kills SIGKILLs ($midwrite_kills during a write) + $terms SIGTERMs ($graceful stopped with a checkpoint) in $rounds round(s)" \
   "of $TOTAL steps; $midwrite kills left a half-written temp file; $inspected checkpoint files" \
   "inspected, all valid; $resumed resumes from the newest checkpoint; final weights and all losses" \
   "bitwise identical to the uninterrupted run ($((SECONDS - start_s)) s)"

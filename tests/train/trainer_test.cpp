@@ -173,6 +173,68 @@ TEST(Trainer, StoppedAndResumedEndsWhereTheUninterruptedRunEnds) {
   }
 }
 
+TEST(Trainer, AsynchronousCheckpointsAreTheSynchronousFilesByteForByte) {
+  const uint64_t seed = fresh_seed();
+  const auto data = make_data(seed, 100);
+  TempDir sync_dir, async_dir;
+  auto run = [&](const fs::path& dir, bool async) {
+    train::TrainerOptions o = options(2);
+    o.checkpoints = {.dir = dir.string(), .keep = 0, .async = async};
+    o.checkpoint_every = 1;  // every step: each write overlaps the next step's work
+    o.config = R"({"model": "mlp12"})";
+    auto model = make_model(seed);
+    train::Trainer t(model, make_sgd, std::make_shared<train::ClassificationTask>(), o);
+    data::DataLoader loader = make_loader(data, seed);
+    return t.fit(loader);
+  };
+  const train::FitResult a = run(sync_dir.path, false), b = run(async_dir.path, true);
+  // 2 epochs of 7 steps; the last step once more with the loader at the end (the final state).
+  EXPECT_EQ(a.checkpoint_times.written, 15);
+  EXPECT_EQ(b.checkpoint_times.written, 15);
+  EXPECT_GT(b.checkpoint_times.write_seconds, 0);
+  const auto files = io::list_checkpoints(async_dir.path.string());
+  ASSERT_EQ(files.size(), 14u);  // all there when fit() returns: the last write was waited for
+  auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (const auto& [step, path] : files) {
+    const std::string twin = (sync_dir.path / fs::path(path).filename()).string();
+    ASSERT_TRUE(fs::exists(twin)) << twin;
+    // Copied before the next step changed the weights: the same bytes as the synchronous write.
+    EXPECT_EQ(bytes(path), bytes(twin)) << "step " << step;
+  }
+  EXPECT_EQ(b.checkpoint, files.back().second);
+}
+
+TEST(Trainer, AnAsynchronousWriteErrorStopsTheRunNamingTheFile) {
+  const uint64_t seed = fresh_seed();
+  const auto data = make_data(seed, 100);
+  TempDir dir;
+  const fs::path blocked = dir.path / "ck";
+  train::TrainerOptions o = options(2);
+  o.checkpoints = {.dir = blocked.string(), .keep = 0, .async = true};
+  o.checkpoint_every = 1;
+  auto model = make_model(seed);
+  train::Trainer t(model, make_sgd, std::make_shared<train::ClassificationTask>(), o);
+  // After the first write starts, the directory becomes a file: a later write fails on the
+  // background thread, and the next save (or the end of fit) rethrows it.
+  int steps = 0;
+  t.on_step = [&](const train::StepReport&) {
+    if (++steps == 2) {
+      fs::remove_all(blocked);
+      std::ofstream(blocked.string()) << "not a directory";
+    }
+  };
+  data::DataLoader loader = make_loader(data, seed);
+  try {
+    t.fit(loader);
+    FAIL() << "the failed background write went unreported";
+  } catch (const IOError& e) {
+    EXPECT_NE(std::string(e.what()).find(blocked.string()), std::string::npos) << e.what();
+  }
+}
+
 TEST(Trainer, RefusesWhatItCannotDoByName) {
   const auto data = make_data(1, 32);
   auto expect_refusal = [&](train::TrainerOptions o, const std::string& strategy,

@@ -5,8 +5,10 @@
 
 #include <csignal>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gradus/amp/grad_scaler.h"
@@ -73,6 +75,20 @@ struct CheckpointOptions {
   // gathered on stage 0 when saving (a collective over the pipeline group) and taken back when
   // resuming, so they resume under any layout.
   dist::Pipeline* pipeline = nullptr;
+  // Write each checkpoint on a background thread: save() gathers the state (the collectives),
+  // copies its tensors to host memory and returns while the file is written, so training
+  // continues; the next save() waits for the previous write first. Files still appear only by
+  // atomic rename, so a kill at any moment leaves the last complete checkpoint loadable.
+  bool async = false;
+};
+
+// What a run's checkpoints cost it: how long the training loop waited in save() (gathering and
+// copying the state, and with async writes waiting for the previous one) and how long the writes
+// themselves took (on the background thread when async).
+struct CheckpointTimes {
+  int64_t written = 0;
+  double blocked_seconds = 0;
+  double write_seconds = 0;
 };
 
 // The one-process model's state (its names, full shapes) from what this rank holds of it: `held`
@@ -100,7 +116,17 @@ class Checkpointer {
   // Marks the state a resume loaded as already saved.
   void loaded(int64_t step, data::LoaderPosition position, std::string path);
 
+  // Waits for an asynchronous write still in flight; rethrows its error (IOError naming the
+  // file). A no-op for synchronous writes.
+  void finish();
+  // Joins a write still in flight (errors are left to finish()).
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+  const CheckpointTimes& times() const { return times_; }
+
  private:
+  void wait_for_write();
   CheckpointOptions options_;
   nn::Module& model_;
   optim::Optimizer& optimizer_;
@@ -111,6 +137,10 @@ class Checkpointer {
   int64_t last_step_ = -1;
   data::LoaderPosition last_position_{-1, -1};
   std::string last_path_;
+  std::thread writing_;             // the asynchronous write in flight (joinable) or none
+  std::exception_ptr write_error_;  // what it threw
+  double write_seconds_ = 0;        // its duration, set by the thread
+  CheckpointTimes times_;
 };
 
 // Where a run starts: from scratch, or from the newest good checkpoint.

@@ -144,6 +144,7 @@ struct FitResult {
   int stop_signal = 0;   // the signal, if one stopped it (the process should exit 128 + it)
   std::optional<EpochReport> last_epoch;  // of this process
   std::string checkpoint;                 // the last checkpoint written ("" = none)
+  CheckpointTimes checkpoint_times;       // what writing them cost the loop (this rank)
 };
 
 class Trainer {
