@@ -40,9 +40,10 @@ inline void report_checkpoint_times(const train::FitResult& fit, bool lead) {
   const train::CheckpointTimes& t = fit.checkpoint_times;
   if (!lead || t.written == 0) return;
   std::fprintf(stderr,
-               "gradus train: %lld checkpoint(s): training waited %.3f s for them, the writes "
-               "took %.3f s\n",
-               static_cast<long long>(t.written), t.blocked_seconds, t.write_seconds);
+               "gradus train: %lld checkpoint(s): training waited %.3f s for them (and %.3f s at "
+               "the end for the last write), the writes took %.3f s\n",
+               static_cast<long long>(t.written), t.blocked_seconds, t.final_wait_seconds,
+               t.write_seconds);
 }
 
 // The newest good checkpoint's state loaded (with --resume), or step 0; refuses a non-empty

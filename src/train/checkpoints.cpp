@@ -365,17 +365,18 @@ Checkpointer::~Checkpointer() {
   if (writing_.joinable()) writing_.join();
 }
 
-void Checkpointer::wait_for_write() {
-  if (!writing_.joinable()) return;
-  const auto t0 = std::chrono::steady_clock::now();
-  writing_.join();
-  times_.blocked_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  times_.write_seconds += write_seconds_;
+void Checkpointer::wait_for_write(double& waited) {
+  if (writing_.joinable()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    writing_.join();
+    waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    times_.write_seconds += write_seconds_;
+  }
+  if (write_error_) std::rethrow_exception(std::exchange(write_error_, nullptr));
 }
 
 void Checkpointer::finish() {
-  wait_for_write();
-  if (write_error_) std::rethrow_exception(std::exchange(write_error_, nullptr));
+  wait_for_write(times_.final_wait_seconds);
 }
 
 namespace {
@@ -432,7 +433,10 @@ std::string Checkpointer::save(int64_t step, data::LoaderPosition next,
     return last_path_;
   }
   detach_to_host(s);
-  finish();  // one write at a time, in step order; an earlier write's error stops the run here
+  // One write at a time, in step order; an earlier write's error stops the run here. (The wait
+  // is part of the time blocked(), which starts at t0, counts.)
+  double waited = 0;
+  wait_for_write(waited);
   last_path_ = (std::filesystem::path(options_.dir) / io::checkpoint_filename(step)).string();
   writing_ = std::thread([this, state = std::move(s), step] {
     const auto w0 = std::chrono::steady_clock::now();

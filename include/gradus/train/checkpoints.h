@@ -83,11 +83,13 @@ struct CheckpointOptions {
 };
 
 // What a run's checkpoints cost it: how long the training loop waited in save() (gathering and
-// copying the state, and with async writes waiting for the previous one) and how long the writes
-// themselves took (on the background thread when async).
+// copying the state, and with async writes waiting for the previous one), how long the run's end
+// (or stop) waited for the last asynchronous write, and how long the writes themselves took (on
+// the background thread when async).
 struct CheckpointTimes {
   int64_t written = 0;
   double blocked_seconds = 0;
+  double final_wait_seconds = 0;
   double write_seconds = 0;
 };
 
@@ -116,8 +118,8 @@ class Checkpointer {
   // Marks the state a resume loaded as already saved.
   void loaded(int64_t step, data::LoaderPosition position, std::string path);
 
-  // Waits for an asynchronous write still in flight; rethrows its error (IOError naming the
-  // file). A no-op for synchronous writes.
+  // At the run's end or stop: waits for an asynchronous write still in flight; rethrows its
+  // error (IOError naming the file). A no-op for synchronous writes.
   void finish();
   // Joins a write still in flight (errors are left to finish()).
   ~Checkpointer();
@@ -126,7 +128,8 @@ class Checkpointer {
   const CheckpointTimes& times() const { return times_; }
 
  private:
-  void wait_for_write();
+  // Joins the write in flight, its wait counted in `waited`; rethrows its error.
+  void wait_for_write(double& waited);
   CheckpointOptions options_;
   nn::Module& model_;
   optim::Optimizer& optimizer_;
