@@ -226,12 +226,12 @@ int bench_language_model(const BenchOptions& o, Device device) {
 
 int run_bench(const BenchOptions& o) {
   // (Before every mode: --dist, the image models and the GPT would ignore them.)
-  GRADUS_CHECK(o.model == "llama" || (o.gpt.kv_heads == 0 && o.gpt.ffn_width == 0 &&
-                                      o.gpt.rope_theta == GptShape{}.rope_theta &&
-                                      !o.gpt.tie_embeddings),
-               ValueError,
-               "bench: --kv-heads, --ffn-width, --rope-theta and --tie-embeddings apply to --model "
-               "llama");
+  GRADUS_CHECK(
+      o.model == "llama" || (o.gpt.kv_heads == 0 && o.gpt.ffn_width == 0 &&
+                             o.gpt.rope_theta == GptShape{}.rope_theta && !o.gpt.tie_embeddings),
+      ValueError,
+      "bench: --kv-heads, --ffn-width, --rope-theta and --tie-embeddings apply to --model "
+      "llama");
   if (!o.dist.empty()) return run_bench_dist(o);
   apply_threads(o.threads);
   manual_seed(o.seed);

@@ -8,9 +8,9 @@
 // per step (payload bytes handed to MPI/NCCL, from the process group's counters), what each rank
 // holds between steps (train::Strategy::memory_footprint: parameter, gradient and optimizer-state
 // bytes, counted by tensor storage) and the most its tensors held at once during one step
-// (peak_bytes: the host's or the GPU's allocation counter), and for ddp how long backward waited at its end for
-// communication still in flight and how long the same gradients take to all-reduce alone: with
-// both, the fraction of the communication hidden behind backward is 1 - wait / comm.
+// (peak_bytes: the host's or the GPU's allocation counter), and for ddp how long backward waited at
+// its end for communication still in flight and how long the same gradients take to all-reduce
+// alone: with both, the fraction of the communication hidden behind backward is 1 - wait / comm.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -142,9 +142,9 @@ int run_bench_dist(const BenchOptions& o) {
     host::reset_peak_memory();
   }
   step();
-  const double peak = static_cast<double>(device.is_cuda()
-                                              ? cuda::memory_stats(device.index()).peak_allocated
-                                              : host::memory_stats().peak_allocated_bytes);
+  const double peak =
+      static_cast<double>(device.is_cuda() ? cuda::memory_stats(device.index()).peak_allocated
+                                           : host::memory_stats().peak_allocated_bytes);
 
   // Collectives: every rank takes part, rank 0 prints.
   const std::vector<double> step_ms = gather(*group, median(times));

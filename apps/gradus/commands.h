@@ -70,17 +70,17 @@ struct TrainOptions {
   int64_t grad_checkpoint = 0;  // > 0: recompute activations in segments of this many layers
   std::string memory_limit;  // "" or a size ("1GiB", "512MiB", "2e9"): CPU tensors may hold at most
   // Reliability (docs/reliability.md).
-  std::string checkpoint_dir;    // empty: no checkpoints
-  int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end of each epoch)
-  int keep_checkpoints = 3;      // newest complete checkpoints kept (0: all)
+  std::string checkpoint_dir;     // empty: no checkpoints
+  int64_t checkpoint_every = 0;   // steps between checkpoints (0: only at the end of each epoch)
+  int keep_checkpoints = 3;       // newest complete checkpoints kept (0: all)
   bool async_checkpoint = false;  // write checkpoints on a background thread
-  bool resume = false;           // continue from the newest good checkpoint in checkpoint_dir
-  bool resume_or_start = false;  // resume; when every checkpoint is damaged, start at step 0
-  std::string save;              // final weights as safetensors (PyTorch state_dict names)
-  int64_t log_every = 0;         // > 0: a {"step","loss"} line in the metrics file every N steps
-  int64_t grad_accum = 1;        // batches per optimizer step (gradient accumulation)
-  int64_t read_loss_every = 0;   // steps between reads of the losses (0: 20 on a GPU, 1 on a CPU)
-  int64_t stop_after_steps = 0;  // > 0: checkpoint and stop after this many steps (in total)
+  bool resume = false;            // continue from the newest good checkpoint in checkpoint_dir
+  bool resume_or_start = false;   // resume; when every checkpoint is damaged, start at step 0
+  std::string save;               // final weights as safetensors (PyTorch state_dict names)
+  int64_t log_every = 0;          // > 0: a {"step","loss"} line in the metrics file every N steps
+  int64_t grad_accum = 1;         // batches per optimizer step (gradient accumulation)
+  int64_t read_loss_every = 0;    // steps between reads of the losses (0: 20 on a GPU, 1 on a CPU)
+  int64_t stop_after_steps = 0;   // > 0: checkpoint and stop after this many steps (in total)
   bool detect_anomaly = false;
   bool deterministic = false;
   bool cuda_graph = false;       // capture the step once and replay it (step_graph.h)
@@ -99,17 +99,17 @@ struct TrainOptions {
   int64_t lr_reference_batch = 128;
   // Language modelling (--model gpt, --data text|tokens; train_lm.cpp).
   GptShape gpt;
-  std::string data_file;      // the text (--data text) or nanoGPT .bin tokens (--data tokens)
-  int64_t vocab_size = 0;     // --data tokens: 0 = the file's largest token + 1
+  std::string data_file;   // the text (--data text) or nanoGPT .bin tokens (--data tokens)
+  int64_t vocab_size = 0;  // --data tokens: 0 = the file's largest token + 1
   std::string token_dtype = "uint16";  // --data tokens: the width of the file's ids
-  int64_t iters = 2000;       // optimizer steps
-  int64_t eval_every = 250;   // steps between validation losses
-  int64_t eval_iters = 20;    // validation batches per evaluation
-  double min_lr = 1e-4;       // the cosine schedule's floor
-  double beta2 = 0.99;        // AdamW's second-moment decay
-  double grad_clip = 1.0;     // max global gradient norm (0: off)
-  std::string save_hf;        // a Hugging Face directory of the trained language model
-  std::string tokenizer;      // --data text: a byte-level BPE tokenizer's directory
+  int64_t iters = 2000;                // optimizer steps
+  int64_t eval_every = 250;            // steps between validation losses
+  int64_t eval_iters = 20;             // validation batches per evaluation
+  double min_lr = 1e-4;                // the cosine schedule's floor
+  double beta2 = 0.99;                 // AdamW's second-moment decay
+  double grad_clip = 1.0;              // max global gradient norm (0: off)
+  std::string save_hf;                 // a Hugging Face directory of the trained language model
+  std::string tokenizer;               // --data text: a byte-level BPE tokenizer's directory
   bool print_config = false;  // --print-config: print the effective options as TOML and exit
   // The long names of the options given (command line or --config), without dashes: a task
   // refuses any of them it would not honour (refuse_options_not_in).
@@ -148,10 +148,10 @@ struct EvalOptions {
   std::string model;       // image models: which one (language models name themselves)
   std::string data = "tokens";
   std::string data_file, data_dir;
-  std::string tokenizer;  // --data text: overrides the checkpoint's own
+  std::string tokenizer;               // --data text: overrides the checkpoint's own
   std::string token_dtype = "uint16";  // --data tokens: the width of the file's ids
-  int64_t limit = 0;      // image models: the first N test images
-  int64_t context = 0;    // 0: the model's context
+  int64_t limit = 0;                   // image models: the first N test images
+  int64_t context = 0;                 // 0: the model's context
   int64_t batch_size = 8;
   std::string amp = "off";
   std::string device = "auto";

@@ -76,8 +76,7 @@ int eval_image_model(const EvalOptions& o, Device device) {
   GRADUS_CHECK(o.data == "fashion-mnist" || o.data == "mnist", ValueError, "eval: --model ",
                o.model, " is evaluated on --data fashion-mnist or mnist, not ", o.data);
   GRADUS_CHECK(o.context == 0, ValueError, "eval: --context applies to language models");
-  GRADUS_CHECK(o.data_file.empty() && o.tokenizer.empty() && o.token_dtype == "uint16",
-               ValueError,
+  GRADUS_CHECK(o.data_file.empty() && o.tokenizer.empty() && o.token_dtype == "uint16", ValueError,
                "eval: --data-file, --tokenizer and --token-dtype apply to language models (an "
                "image model reads --data-dir)");
   std::shared_ptr<nn::Module> model = nn::make_model(o.model);

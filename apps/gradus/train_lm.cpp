@@ -109,7 +109,8 @@ class LanguageModelTask : public train::Task {
   // (Under a pipeline, the last stage's output for its rows.)
   Tensor output_loss(const Tensor& logits, const Tensor& y) override {
     const Tensor flat = logits.reshape({-1, logits.size(-1)});
-    if (vocab_group_) return dist::vocab_parallel_cross_entropy(flat, y.reshape({-1}), vocab_group_);
+    if (vocab_group_)
+      return dist::vocab_parallel_cross_entropy(flat, y.reshape({-1}), vocab_group_);
     return cross_entropy(flat, y.reshape({-1}));
   }
   std::map<std::string, double> evaluate(nn::Module& model) override {
@@ -147,11 +148,10 @@ int run_train_lm(const TrainOptions& o) {
        // the language model shows no progress bar: --no-progress asks for what it does
        "no-progress", "dropout", "amp", "profile", "profile-steps", "cuda-graph", "read-loss-every",
        "save", "dist", "dist-timeout", "checkpoint-dir", "checkpoint-every", "keep-checkpoints",
-       "async-checkpoint",
-       "resume", "resume-or-start", "stop-after-steps", "freeze", "init-from", "memory-limit",
-       "deterministic", "detect-anomaly", "optimizer", "scheduler", "tp", "pp", "micro-batches",
-       "schedule", "grad-accum", "kv-heads", "ffn-width", "rope-theta", "save-hf", "tokenizer",
-       "grad-checkpoint", "tie-embeddings", "token-dtype"});
+       "async-checkpoint", "resume", "resume-or-start", "stop-after-steps", "freeze", "init-from",
+       "memory-limit", "deterministic", "detect-anomaly", "optimizer", "scheduler", "tp", "pp",
+       "micro-batches", "schedule", "grad-accum", "kv-heads", "ffn-width", "rope-theta", "save-hf",
+       "tokenizer", "grad-checkpoint", "tie-embeddings", "token-dtype"});
   const std::string lm = "--model " + o.model;
   GRADUS_CHECK(!o.given.count("optimizer") || o.optimizer == "adamw", ValueError, "train: ", lm,
                " trains with AdamW (nanoGPT's parameter groups); --optimizer ", o.optimizer,
@@ -160,10 +160,10 @@ int run_train_lm(const TrainOptions& o) {
                " follows a linear warm-up then a cosine decay to --min-lr; --scheduler ",
                o.scheduler, " is not supported with it");
   for (const char* llama_only : {"kv-heads", "ffn-width", "rope-theta", "tie-embeddings"}) {
-    GRADUS_CHECK(o.model == "llama" || !o.given.count(llama_only), ValueError, "train: --",
-                 llama_only, " applies to --model llama, not ", lm,
-                 std::string(llama_only) == "tie-embeddings" ? " (the GPT's head is always tied)"
-                                                             : "");
+    GRADUS_CHECK(
+        o.model == "llama" || !o.given.count(llama_only), ValueError, "train: --", llama_only,
+        " applies to --model llama, not ", lm,
+        std::string(llama_only) == "tie-embeddings" ? " (the GPT's head is always tied)" : "");
   }
   // A Hugging Face directory sets the model's family and shape (its config.json).
   const bool init_from_hf = !o.init_from.empty() && is_hf_directory(o.init_from);

@@ -32,8 +32,12 @@ void run(benchmark::State& state, bool fused) {
   state.SetItemsProcessed(state.iterations() * gate.numel());
 }
 
-void BM_swiglu_fused(benchmark::State& state) { run(state, true); }
-void BM_swiglu_silu_then_mul(benchmark::State& state) { run(state, false); }
+void BM_swiglu_fused(benchmark::State& state) {
+  run(state, true);
+}
+void BM_swiglu_silu_then_mul(benchmark::State& state) {
+  run(state, false);
+}
 
 }  // namespace
 

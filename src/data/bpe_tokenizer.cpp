@@ -828,8 +828,8 @@ const json* split_then_byte_level(const json* pre) {
 std::string split_pattern(const json& split, const std::string& path) {
   const std::string behavior = get_or<std::string>(split, "behavior", "", path, "Split");
   GRADUS_CHECK(behavior == "Isolated" && !get_or<bool>(split, "invert", false, path, "Split"),
-               ValueError, path, ": a Split pre-tokenizer with behavior '", behavior,
-               "'" , get_or<bool>(split, "invert", false, path, "Split") ? " inverted" : "",
+               ValueError, path, ": a Split pre-tokenizer with behavior '", behavior, "'",
+               get_or<bool>(split, "invert", false, path, "Split") ? " inverted" : "",
                " is not supported (Isolated, not inverted, as Llama 3's)");
   const json* pattern = member(split, "pattern");
   const json* regex = pattern != nullptr ? member(*pattern, "Regex") : nullptr;
@@ -895,8 +895,8 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
     const std::string raw = split->at("pattern").at("Regex").get<std::string>();
     o.newline_ends_piece = raw == kLlama3Pattern || raw == kQwen2Pattern;
     pre = &(*pre)["pretokenizers"][1];
-    GRADUS_CHECK(!get_or<bool>(*pre, "add_prefix_space", false, path, "pre_tokenizer"),
-                 ValueError, path,
+    GRADUS_CHECK(!get_or<bool>(*pre, "add_prefix_space", false, path, "pre_tokenizer"), ValueError,
+                 path,
                  ": a ByteLevel pre-tokenizer with add_prefix_space after a Split is not "
                  "supported (it prefixes every piece)");
   }

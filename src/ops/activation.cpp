@@ -88,18 +88,18 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
                dtype_name(up.dtype()));
   Tensor out = new_empty(gate.sizes(), gate.dtype(), gate.device());
   if (out.numel() > 0) backend_of(gate).binary(BinaryOp::swiglu, gate, up, out, 0);
-  return record(op, out, {gate, up},
-                [sg = SavedTensor(gate), su = SavedTensor(up)](const TensorList& g,
-                                                               const NeedsGrad&) {
-                  // Both gradients in one pass (one sigmoid per element), contiguous.
-                  const Tensor dy = contiguous_raw(g[0]);
-                  const Tensor gate = contiguous_raw(cast_raw(sg.get(), dy.dtype())),
-                               up = contiguous_raw(cast_raw(su.get(), dy.dtype()));
-                  Tensor dgate = new_empty(dy.sizes(), dy.dtype(), dy.device());
-                  Tensor dup = new_empty(dy.sizes(), dy.dtype(), dy.device());
-                  backend_of(dy).swiglu_backward(dy, gate, up, dgate, dup);
-                  return TensorList{dgate, dup};
-                });
+  return record(
+      op, out, {gate, up},
+      [sg = SavedTensor(gate), su = SavedTensor(up)](const TensorList& g, const NeedsGrad&) {
+        // Both gradients in one pass (one sigmoid per element), contiguous.
+        const Tensor dy = contiguous_raw(g[0]);
+        const Tensor gate = contiguous_raw(cast_raw(sg.get(), dy.dtype())),
+                     up = contiguous_raw(cast_raw(su.get(), dy.dtype()));
+        Tensor dgate = new_empty(dy.sizes(), dy.dtype(), dy.device());
+        Tensor dup = new_empty(dy.sizes(), dy.dtype(), dy.device());
+        backend_of(dy).swiglu_backward(dy, gate, up, dgate, dup);
+        return TensorList{dgate, dup};
+      });
 }
 
 Tensor sigmoid(const Tensor& x) {

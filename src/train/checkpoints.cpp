@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -429,7 +429,8 @@ std::string Checkpointer::save(int64_t step, data::LoaderPosition next,
   if (!options_.async) {
     last_path_ = io::save_checkpoint(options_.dir, step, s, options_.keep);
     blocked();
-    times_.write_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    times_.write_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return last_path_;
   }
   detach_to_host(s);

@@ -14,8 +14,7 @@ namespace gradus::train {
 namespace {
 
 // Bytes of the storages under `tensors` not counted yet (`seen` remembers them).
-uint64_t storage_bytes(const std::vector<Tensor>& tensors,
-                       std::set<const StorageImpl*>& seen) {
+uint64_t storage_bytes(const std::vector<Tensor>& tensors, std::set<const StorageImpl*>& seen) {
   uint64_t bytes = 0;
   for (const Tensor& t : tensors) {
     if (!t.defined() || t.impl() == nullptr) continue;

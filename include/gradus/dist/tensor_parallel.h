@@ -161,9 +161,9 @@ class TensorParallelModule {
 // A TensorParallelModule for any model whose split layers are ColumnParallelLinear,
 // RowParallelLinear and VocabParallelEmbedding (e.g. an nn::Sequential with a Megatron MLP
 // inside): the column layers' weights and biases and the embeddings' weights are split by rows,
-// the row layers' weights by columns (their bias is replicated); or for a part of a model another TensorParallelModule describes. Parameters are
-// found by identity, so `model` may be the whole model or a pipeline stage of it; the model must
-// outlive this view.
+// the row layers' weights by columns (their bias is replicated); or for a part of a model another
+// TensorParallelModule describes. Parameters are found by identity, so `model` may be the whole
+// model or a pipeline stage of it; the model must outlive this view.
 class TensorParallelLayers final : public TensorParallelModule {
  public:
   TensorParallelLayers(std::shared_ptr<nn::Module> model, std::shared_ptr<ProcessGroup> group);

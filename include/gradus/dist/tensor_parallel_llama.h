@@ -30,7 +30,8 @@ namespace gradus::dist {
 
 // Draws the one-process Llama from the current random state (leaving the generator where
 // nn::Llama(config) leaves it) and keeps this rank's slices. ValueError naming the size that does
-// not divide over the group (n_head, n_kv_head, ffn_hidden, vocab_size), or for attention dropout (a rank's heads are not rows of the one-process draw).
+// not divide over the group (n_head, n_kv_head, ffn_hidden, vocab_size), or for attention dropout
+// (a rank's heads are not rows of the one-process draw).
 std::shared_ptr<nn::Llama> tensor_parallel_llama(const nn::LlamaConfig& config,
                                                  std::shared_ptr<ProcessGroup> group = nullptr);
 
