@@ -6,8 +6,8 @@
 # query heads and 1 of the 2 key/value heads), zero1 over 2 tensor-parallel replicas and 2 tensor x
 # 2 pipeline ranks print the one-process
 # validation losses (with a tied head too: tp2, pp2, tp2 x pp2) and end at its weights (gradus inspect --compare: every tensor within 1e-4
-# relative). A ddp and a --tp 2 checkpoint resume on one process and end where the uninterrupted
-# run ends; --tp 2 with a key/value head per 2 ranks is refused;
+# relative). A ddp and a --tp 2 checkpoint (written asynchronously) resume on one process and end
+# where the uninterrupted run ends; --tp 2 with a key/value head per 2 ranks is refused;
 # --save-hf under a pipeline writes the one-process model (gradus eval on it prints the same loss
 # as on the one-process --save file).
 # usage: llama_layouts.sh GRADUS MPIRUN TEXT_SAMPLE
@@ -89,9 +89,9 @@ grep -q "n_kv_head (1) does not divide over the 2 ranks" "$work/run.log" ||
 runs=$((runs + 1))
 echo "llama_layouts: --tp 2 with 1 key/value head refused by name"
 
-# A ddp and a --tp 2 checkpoint after 3 steps, each resumed on one process: the uninterrupted
-# run's end.
-for layout in "--dist ddp" "--tp 2"; do
+# A ddp and a --tp 2 checkpoint after 3 steps (the latter written on a background thread), each
+# resumed on one process: the uninterrupted run's end.
+for layout in "--dist ddp" "--tp 2 --async-checkpoint"; do
   rm -rf "$work/ckpt"
   # shellcheck disable=SC2086
   launch 2 $layout --checkpoint-dir "$work/ckpt" --checkpoint-every 3 --stop-after-steps 3 \
