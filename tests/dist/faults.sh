@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Faults in a distributed run: one rank of a 3-rank `gradus train --dist ddp` job is SIGKILLed, or
-# SIGSTOPped (a stall, which MPI itself never reports), in the middle of training. The job must end
+# Faults in a distributed run: one rank of a 3-rank `gradus train --dist ddp|zero1` job (the
+# strategies alternate between trials: DDP's all-reduces, ZeRO-1's reduce-scatter and all-gather)
+# is SIGKILLed, or SIGSTOPped (a stall, which MPI itself never reports), in the middle of training. The job must end
 # non-zero within the timeout (--dist-timeout plus start/abort slack) and the output must name the
 # rank; never hang (every trial runs under an outer `timeout`). The test counts the faults that
 # really hit a running rank and fails unless every trial delivered one.
@@ -32,10 +33,12 @@ failures=0
 for kind in KILL STOP; do
   for ((t = 1; t <= trials; t++)); do
     victim=$((1 + RANDOM % 2))
+    strategy=ddp
+    [ $((t % 2)) = 0 ] && strategy=zero1
     log="$work/$kind-$t.log"
     metrics="$work/$kind-$t.jsonl"
     timeout -s KILL 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none \
-      -x OMP_NUM_THREADS=1 -np 3 "$gradus" train --dist ddp --dist-timeout "$timeout_s" \
+      -x OMP_NUM_THREADS=1 -np 3 "$gradus" train --dist "$strategy" --dist-timeout "$timeout_s" \
       --model mlp --epochs 1000 --limit-train 3072 --limit-test 100 --batch-size 96 \
       --threads 1 --no-progress --log-every 1 --metrics "$metrics" >"$log" 2>&1 &
     job=$!
@@ -47,7 +50,7 @@ for kind in KILL STOP; do
     sleep "0.$((RANDOM % 9 + 1))"
     pid=$(rank_pid "$victim") || pid=""
     if [ -z "$pid" ] || ! kill -s "$kind" "$pid" 2>/dev/null; then
-      echo "trial $kind $t: rank $victim was not running; no fault delivered"
+      echo "trial $kind $t ($strategy): rank $victim was not running; no fault delivered"
       kill -KILL "$job" 2>/dev/null
       wait "$job" 2>/dev/null
       failures=$((failures + 1))
@@ -65,7 +68,7 @@ for kind in KILL STOP; do
       sleep 0.1
     done
     if [ $ended = 0 ]; then
-      echo "trial $kind $t: HANG: the job still runs ${limit_s} s after SIGSTOP/SIGKILL of rank $victim"
+      echo "trial $kind $t ($strategy): HANG: the job still runs ${limit_s} s after SIGSTOP/SIGKILL of rank $victim"
       pkill -KILL -f "gradus train --dist" 2>/dev/null
       kill -KILL "$job" 2>/dev/null
       wait "$job" 2>/dev/null
@@ -83,11 +86,11 @@ for kind in KILL STOP; do
       grep -Eq "rank $victim (\(last heard|with PID|on node)|process rank $victim" "$log" && named=1
     fi
     if [ "$rc" = 0 ] || [ $named = 0 ]; then
-      echo "trial $kind $t: rank $victim: exit $rc after ${took}s, rank named: $named"
+      echo "trial $kind $t ($strategy): rank $victim: exit $rc after ${took}s, rank named: $named"
       sed 's/^/    /' "$log" | tail -8
       failures=$((failures + 1))
     else
-      echo "trial $kind $t: rank $victim: exit $rc after ${took}s, named"
+      echo "trial $kind $t ($strategy): rank $victim: exit $rc after ${took}s, named"
     fi
     pkill -KILL -f "gradus train --dist" 2>/dev/null  # a stopped rank left behind, if any
   done
