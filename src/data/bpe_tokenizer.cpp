@@ -822,21 +822,25 @@ const json* split_then_byte_level(const json* pre) {
   return &split;
 }
 
-// A Split's regex as PCRE2 compiles it the way tokenizers (Oniguruma) matches it: \s and \S as
-// Unicode's White_Space (PCRE2's \s under UCP also has U+180E). ValueError naming what is not
+// A Split's regex as tokenizer.json holds it (Oniguruma's syntax). ValueError naming what is not
 // supported (a literal pattern, other behaviours, inversion).
-std::string split_pattern(const json& split, const std::string& path) {
+std::string split_regex(const json& split, const std::string& path) {
   const std::string behavior = get_or<std::string>(split, "behavior", "", path, "Split");
-  GRADUS_CHECK(behavior == "Isolated" && !get_or<bool>(split, "invert", false, path, "Split"),
-               ValueError, path, ": a Split pre-tokenizer with behavior '", behavior, "'",
-               get_or<bool>(split, "invert", false, path, "Split") ? " inverted" : "",
+  const bool invert = get_or<bool>(split, "invert", false, path, "Split");
+  GRADUS_CHECK(behavior == "Isolated" && !invert, ValueError, path,
+               ": a Split pre-tokenizer with behavior '", behavior, "'", invert ? " inverted" : "",
                " is not supported (Isolated, not inverted, as Llama 3's)");
   const json* pattern = member(split, "pattern");
   const json* regex = pattern != nullptr ? member(*pattern, "Regex") : nullptr;
   GRADUS_CHECK(regex != nullptr && regex->is_string(), ValueError, path,
                ": a Split pre-tokenizer needs a {\"Regex\": ...} pattern, got ",
                pattern != nullptr ? pattern->dump() : std::string("none"));
-  const std::string in = regex->get<std::string>();
+  return regex->get<std::string>();
+}
+
+// An Oniguruma regex as PCRE2 compiles it the way tokenizers matches it: \s and \S as
+// Unicode's White_Space (PCRE2's \s under UCP also has U+180E).
+std::string onig_to_pcre2(const std::string& in, const std::string& path) {
   std::string out;
   bool in_class = false;
   for (size_t i = 0; i < in.size(); ++i) {
@@ -891,9 +895,9 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
   // Llama 3's (and Qwen 2's) layout: Sequence[Split(regex, Isolated), ByteLevel(use_regex
   // false)] is the ByteLevel pre-tokenizer with the Split's regex in place of GPT-2's.
   if (const json* split = split_then_byte_level(pre)) {
-    o.pattern = split_pattern(*split, path);
-    const std::string raw = split->at("pattern").at("Regex").get<std::string>();
-    o.newline_ends_piece = raw == kLlama3Pattern || raw == kQwen2Pattern;
+    const std::string regex = split_regex(*split, path);
+    o.pattern = onig_to_pcre2(regex, path);
+    o.newline_ends_piece = regex == kLlama3Pattern || regex == kQwen2Pattern;
     pre = &(*pre)["pretokenizers"][1];
     GRADUS_CHECK(!get_or<bool>(*pre, "add_prefix_space", false, path, "pre_tokenizer"), ValueError,
                  path,

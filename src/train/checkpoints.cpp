@@ -365,21 +365,11 @@ Checkpointer::~Checkpointer() {
   if (writing_.joinable()) writing_.join();
 }
 
-void Checkpointer::wait_for_write(double& waited) {
-  if (writing_.joinable()) {
-    const auto t0 = std::chrono::steady_clock::now();
-    writing_.join();
-    waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    times_.write_seconds += write_seconds_;
-  }
-  if (write_error_) std::rethrow_exception(std::exchange(write_error_, nullptr));
-}
-
-void Checkpointer::finish() {
-  wait_for_write(times_.final_wait_seconds);
-}
-
 namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // The state's tensors as host copies of their own: what training goes on to change (the
 // parameters, the optimizer's moments) must not reach a file written later.
 void detach_to_host(io::TrainingState& s) {
@@ -392,15 +382,27 @@ void detach_to_host(io::TrainingState& s) {
 }
 }  // namespace
 
+double Checkpointer::wait_for_write() {
+  double waited = 0;
+  if (writing_.joinable()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    writing_.join();
+    waited = seconds_since(t0);
+    times_.write_seconds += write_seconds_;
+  }
+  if (write_error_) std::rethrow_exception(std::exchange(write_error_, nullptr));
+  return waited;
+}
+
+void Checkpointer::finish() {
+  times_.final_wait_seconds += wait_for_write();
+}
+
 std::string Checkpointer::save(int64_t step, data::LoaderPosition next,
                                const EpochProgress& progress) {
   if (!enabled()) return {};
   if (step == last_step_ && next == last_position_) return last_path_;
   const auto t0 = std::chrono::steady_clock::now();
-  auto blocked = [&] {
-    times_.blocked_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
   // A sharded optimizer's state_dict() gathers (a collective: every rank is here) the state one
   // unsharded optimizer would have, so the checkpoint resumes at any world size.
   io::TrainingState s = io::capture_training_state(model_, &optimizer_, step, scheduler_);
@@ -428,16 +430,16 @@ std::string Checkpointer::save(int64_t step, data::LoaderPosition next,
   ++times_.written;
   if (!options_.async) {
     last_path_ = io::save_checkpoint(options_.dir, step, s, options_.keep);
-    blocked();
-    times_.write_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double took = seconds_since(t0);
+    times_.blocked_seconds += took;
+    times_.write_seconds += took;
     return last_path_;
   }
+  // One write at a time, in step order (an earlier write's error stops the run here), and then
+  // the copy: at most one copy of the state besides the live one. (The wait is part of the time
+  // blocked, counted from t0.)
+  wait_for_write();
   detach_to_host(s);
-  // One write at a time, in step order; an earlier write's error stops the run here. (The wait
-  // is part of the time blocked(), which starts at t0, counts.)
-  double waited = 0;
-  wait_for_write(waited);
   last_path_ = (std::filesystem::path(options_.dir) / io::checkpoint_filename(step)).string();
   writing_ = std::thread([this, state = std::move(s), step] {
     const auto w0 = std::chrono::steady_clock::now();
@@ -446,9 +448,9 @@ std::string Checkpointer::save(int64_t step, data::LoaderPosition next,
     } catch (...) {
       write_error_ = std::current_exception();
     }
-    write_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    write_seconds_ = seconds_since(w0);
   });
-  blocked();
+  times_.blocked_seconds += seconds_since(t0);
   return last_path_;
 }
 

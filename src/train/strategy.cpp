@@ -94,6 +94,7 @@ MemoryFootprint Strategy::memory_footprint() const {
   m.parameter_bytes += storage_bytes(optimizer().all_params(), seen);
   m.gradient_bytes = storage_bytes(gradients_of(params), seen);
   m.gradient_bytes += storage_bytes(gradients_of(optimizer().all_params()), seen);
+  m.gradient_bytes += storage_bytes(gradient_buffers(), seen);
   m.optimizer_state_bytes = optimizer().state_bytes();
   return m;
 }
@@ -217,24 +218,19 @@ class Zero1Strategy final : public Strategy {
   void before_forward() override {
     if (model().is_training()) dist::broadcast_buffers(model(), *group_, 0);
   }
-  // The flat parameters and gradients, and the reduce-scattered gradient shard the local
-  // optimizer reads.
-  MemoryFootprint memory_footprint() const override {
-    MemoryFootprint m = Strategy::memory_footprint();
-    std::set<const StorageImpl*> seen;
-    for (const Tensor& p : model().parameters()) seen.insert(p.impl()->storage().get());
-    for (const Tensor& p : optimizer().all_params()) {
-      if (p.grad().defined()) seen.insert(p.grad().impl()->storage().get());
-    }
-    m.gradient_bytes += storage_bytes(gradients_of(zero_->local().all_params()), seen);
-    return m;
-  }
   void step(amp::GradScaler& scaler, double max_grad_norm) override {
     GRADUS_CHECK(!scaler.is_enabled(), ValueError,
                  "train: strategy zero1 does not support loss scaling (--amp f16)");
     // Clipped inside the step, on the averaged shards (a global norm over them).
     zero_->set_max_grad_norm(max_grad_norm);
     zero_->step();
+  }
+
+ protected:
+  // The reduce-scattered gradient shard the local optimizer reads (besides the flat gradient
+  // that backward writes, the parameters' .grad).
+  std::vector<Tensor> gradient_buffers() const override {
+    return gradients_of(zero_->local().all_params());
   }
 
  private:

@@ -1,7 +1,7 @@
 // Text for language models: a character vocabulary, token arrays held in memory or memory-mapped
 // from nanoGPT's .bin files (uint16 tokens, or uint32 for vocabularies above 65536 ids), the
-// train/validation split, and a seeded sampler of
-// random context windows whose position is one integer (checkpointable, resumes exactly).
+// train/validation split, and a seeded sampler of random context windows whose position is one
+// integer (checkpointable, resumes exactly).
 #pragma once
 
 #include <cstdint>

@@ -85,7 +85,6 @@ class VocabParallelEmbedding : public nn::Module {
   Tensor forward(const Tensor& ids) override;
   std::string type_name() const override { return "VocabParallelEmbedding"; }
   nn::StateDict full_state_dict() const;  // {"weight": [V, dim]} (a collective)
-  ProcessGroup& group() const { return *group_; }
   std::shared_ptr<ProcessGroup> group_ptr() const { return group_; }
 
   int64_t num_embeddings, embedding_dim, local_rows, first_row;

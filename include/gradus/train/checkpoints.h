@@ -128,8 +128,8 @@ class Checkpointer {
   const CheckpointTimes& times() const { return times_; }
 
  private:
-  // Joins the write in flight, its wait counted in `waited`; rethrows its error.
-  void wait_for_write(double& waited);
+  // Joins the write in flight and returns how long that took; rethrows its error.
+  double wait_for_write();
   CheckpointOptions options_;
   nn::Module& model_;
   optim::Optimizer& optimizer_;

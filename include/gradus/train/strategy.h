@@ -126,7 +126,7 @@ class Strategy {
   // The pipeline (nullptr unless StrategyOptions::pipeline).
   dist::Pipeline* pipeline() const { return options_.pipeline.get(); }
   // What this rank holds now (call it between steps: after step(), before the next zero_grad).
-  virtual MemoryFootprint memory_footprint() const;
+  MemoryFootprint memory_footprint() const;
   // How each replica is spread over ranks (what gradient clipping needs).
   dist::ModelParallel model_parallel() const;
   // Every rank that trains this model: the data ranks, and with tensor or pipeline parallelism
@@ -134,6 +134,9 @@ class Strategy {
   dist::ProcessGroup& run_group() const;
 
  protected:
+  // Gradient storage the strategy holds beyond its parameters' and optimizer's .grad (ZeRO-1's
+  // reduce-scattered shard): memory_footprint() counts it as gradient bytes.
+  virtual std::vector<Tensor> gradient_buffers() const { return {}; }
   // What this rank holds of `model`: the model, or under a pipeline its stage's layers (kept
   // alive by the whole model they belong to).
   std::shared_ptr<nn::Module> held_part(std::shared_ptr<nn::Module> model) const;

@@ -93,9 +93,10 @@ class CudaBackend final : public Backend {
   void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<Tensor>& exp_avg, const std::vector<Tensor>& exp_avg_sq,
                  const std::vector<Tensor>& max_exp_avg_sq, const AdamArgs& args) override;
-  // attention.cu
+  // swiglu.cu
   void swiglu_backward(const Tensor& grad, const Tensor& gate, const Tensor& up,
                        const Tensor& grad_gate, const Tensor& grad_up) override;
+  // attention.cu
   void rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse,
                         const Tensor& out) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

@@ -103,7 +103,7 @@ void launch_attention_delta(const AttentionShape& s, const void* grad_out, const
                             void* delta, DType dtype, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------- swiglu.cu
-// n contiguous elements of each, all of `dtype` (BackendInterface::swiglu_backward).
+// n contiguous elements of each, all of `dtype` (Backend::swiglu_backward).
 void launch_swiglu_backward(const void* grad, const void* gate, const void* up, void* grad_gate,
                             void* grad_up, int64_t n, DType dtype, cudaStream_t stream);
 

@@ -1,6 +1,6 @@
 // The SwiGLU's backward, the device twin of src/backend/cpu/swiglu.cpp: one thread per element,
 // math in float (double for f64).
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/ops.cuh"
 
 namespace gradus::backend::cuda {
 namespace {
@@ -13,7 +13,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const C g = load(grad + i), x = load(gate + i), u = load(up + i);
-  const C s = C(1) / (C(1) + exp(-x));
+  const C s = m_sigmoid(x);
   grad_up[i] = convert<T>(g * x * s);
   grad_gate[i] = convert<T>(g * u * s * (C(1) + x * (C(1) - s)));
 }
