@@ -233,6 +233,9 @@ int run_bench(const BenchOptions& o) {
       "bench: --kv-heads, --ffn-width, --rope-theta and --tie-embeddings apply to --model "
       "llama");
   if (!o.dist.empty()) return run_bench_dist(o);
+  GRADUS_CHECK(!o.no_overlap && !o.no_prefetch, ValueError, "bench: --",
+               o.no_overlap ? "no-overlap" : "no-prefetch",
+               " applies to --dist runs (ddp, and zero2|fsdp) only");
   apply_threads(o.threads);
   manual_seed(o.seed);
   if (o.compare_devices) return compare_devices(o);

@@ -1,6 +1,6 @@
-// gradus bench --dist ddp|ps|zero1: times the global step of data-parallel training (forward,
-// cross-entropy, backward, gradient synchronisation, Adam step) over the ranks of mpirun/srun and
-// prints ONE JSON line from rank 0.
+// gradus bench --dist ddp|ps|zero1|zero2|fsdp: times the global step of data-parallel training
+// (forward, cross-entropy, backward, gradient synchronisation, Adam step) over the ranks of
+// mpirun/srun and prints ONE JSON line from rank 0.
 //
 // --batch-size is the global batch; each rank trains on its share, on its own random batches
 // (the model starts from the same seed everywhere). A step's time is the slowest rank's median
@@ -11,6 +11,8 @@
 // (peak_bytes: the host's or the GPU's allocation counter), and for ddp how long backward waited at
 // its end for communication still in flight and how long the same gradients take to all-reduce
 // alone: with both, the fraction of the communication hidden behind backward is 1 - wait / comm.
+// For zero2 and fsdp it reports how long the step waited for all-gathers and reduce-scatters
+// still in flight (--no-prefetch: each block's gather starts only when the block runs).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -67,6 +69,9 @@ int run_bench_dist(const BenchOptions& o) {
                " ranks; use a multiple of ", world.size);
   GRADUS_CHECK(!o.no_overlap || o.dist == "ddp", ValueError,
                "bench: --no-overlap applies to --dist ddp only (got --dist ", o.dist, ")");
+  const bool fully_sharded = o.dist == "zero2" || o.dist == "fsdp";
+  GRADUS_CHECK(!o.no_prefetch || fully_sharded, ValueError,
+               "bench: --no-prefetch applies to --dist zero2|fsdp only (got --dist ", o.dist, ")");
   Device device = resolve_device(o.device);
   if (device.is_cuda()) device = Device::cuda(cuda::current_device());
   auto group = dist::default_group();
@@ -84,8 +89,8 @@ int run_bench_dist(const BenchOptions& o) {
   model->to(device);
   model->train();
   const std::unique_ptr<train::Strategy> strategy = train::make_strategy(
-      o.dist,
-      {.ddp = dist::DDPOptions{.bucket_cap_mb = o.bucket_cap_mb, .overlap = !o.no_overlap}});
+      o.dist, {.ddp = dist::DDPOptions{.bucket_cap_mb = o.bucket_cap_mb, .overlap = !o.no_overlap},
+               .fsdp = dist::FullyShardOptions{.prefetch = !o.no_prefetch}});
   strategy->setup(model, [gpt](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
     if (gpt) return std::make_unique<optim::AdamW>(p);
     return std::make_unique<optim::Adam>(p);
@@ -94,6 +99,9 @@ int run_bench_dist(const BenchOptions& o) {
   amp::GradScaler scaler({.enabled = false});
   // DDP's own figures: how long backward waited for communication.
   const auto* ddp = dynamic_cast<const dist::DistributedDataParallel*>(&strategy->module());
+  // ZeRO-2/FSDP's: how long the step waited for gathers and reductions not done yet.
+  const auto* sharded =
+      fully_sharded ? dynamic_cast<const dist::ZeroRedundancyOptimizer*>(&optimizer) : nullptr;
 
   // Each rank's own pool of random batches (see bench.cpp for why a pool).
   manual_seed(o.seed + 1 + static_cast<uint64_t>(world.rank));
@@ -123,6 +131,8 @@ int run_bench_dist(const BenchOptions& o) {
   group->barrier()->wait();
   const dist::CommStats before = group->stats();
   const dist::DDPStats ddp_before = ddp ? ddp->stats() : dist::DDPStats{};
+  const dist::ZeroRedundancyOptimizer::Stats sharded_before =
+      sharded ? sharded->stats() : dist::ZeroRedundancyOptimizer::Stats{};
   double last_loss = 0;
   const std::vector<double> times = time_steps(0, o.steps, o.repeats, [&] { last_loss = step(); });
   const int timed = o.steps * o.repeats;
@@ -131,6 +141,14 @@ int run_bench_dist(const BenchOptions& o) {
   const double received = static_cast<double>(after.bytes_received - before.bytes_received) / timed;
   const double wait_ms =
       ddp ? (ddp->stats().wait_seconds - ddp_before.wait_seconds) * 1e3 / timed : 0.0;
+  const double gather_wait_ms =
+      sharded ? (sharded->stats().gather_wait_seconds - sharded_before.gather_wait_seconds) * 1e3 /
+                    timed
+              : 0.0;
+  const double reduce_wait_ms =
+      sharded ? (sharded->stats().reduce_wait_seconds - sharded_before.reduce_wait_seconds) * 1e3 /
+                    timed
+              : 0.0;
   const double comm_ms =
       ddp ? time_all_reduce(*group, model->num_parameters(), device, o.warmup, o.steps) : 0.0;
   // What each rank holds between steps, then the most its tensors held during one more step.
@@ -158,6 +176,8 @@ int run_bench_dist(const BenchOptions& o) {
   const std::vector<double> peak_all = gather(*group, peak);
   const std::vector<double> wait_all = gather(*group, wait_ms);
   const std::vector<double> loss_all = gather(*group, last_loss);
+  const std::vector<double> gather_wait_all = gather(*group, gather_wait_ms);
+  const std::vector<double> reduce_wait_all = gather(*group, reduce_wait_ms);
   if (world.rank != 0) return 0;
 
   const double ms = *std::max_element(step_ms.begin(), step_ms.end());
@@ -199,6 +219,13 @@ int run_bench_dist(const BenchOptions& o) {
     out["comm_wait_ms_per_step"] = wait;
     out["all_reduce_alone_ms"] = comm_ms;
     out["comm_hidden_fraction"] = comm_ms > 0 ? std::clamp(1.0 - wait / comm_ms, 0.0, 1.0) : 0.0;
+  }
+  if (sharded) {
+    out["prefetch"] = !o.no_prefetch;
+    out["gather_wait_ms_per_step"] =
+        *std::max_element(gather_wait_all.begin(), gather_wait_all.end());
+    out["reduce_wait_ms_per_step"] =
+        *std::max_element(reduce_wait_all.begin(), reduce_wait_all.end());
   }
   std::printf("%s\n", out.dump().c_str());
   return 0;

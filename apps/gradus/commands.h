@@ -191,7 +191,8 @@ struct BenchOptions {
   // batch_size is the global batch (bench_dist.cpp).
   std::string dist;
   double dist_timeout = 60.0;
-  bool no_overlap = false;  // ddp: all-reduce every bucket after backward
+  bool no_overlap = false;   // ddp: all-reduce every bucket after backward
+  bool no_prefetch = false;  // zero2, fsdp: gather each block only when it runs
   double bucket_cap_mb = 25.0;
   GptShape gpt;             // --model gpt: batch_size sequences of gpt.context tokens
   int64_t vocab_size = 65;  // --model gpt (tinyshakespeare's characters)

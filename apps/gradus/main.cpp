@@ -448,6 +448,9 @@ void add_bench(CLI::App& app, BenchOptions& o) {
   c->add_option("--dist-timeout", o.dist_timeout, "Seconds a rank waits on a collective")
       ->check(kFinitePositiveSeconds)
       ->capture_default_str();
+  c->add_flag("--no-prefetch", o.no_prefetch,
+              "--dist zero2|fsdp: start each block's all-gather only when the block runs (to "
+              "measure what prefetching hides)");
   c->add_flag("--no-overlap", o.no_overlap,
               "--dist ddp: all-reduce the gradients only after backward (to measure overlap)");
   c->add_option("--bucket-cap-mb", o.bucket_cap_mb, "--dist ddp: gradient bucket size in MB")

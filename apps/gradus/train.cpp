@@ -78,7 +78,7 @@ int run_train(const TrainOptions& options) {
   GRADUS_CHECK(launch.processes == 1 || !options.dist.empty() || options.tp > 1 || options.pp > 1,
                ValueError, "train: ", launch.processes,
                " processes were launched but no parallel option was given: each would train "
-               "the whole run alone. Add --dist ddp|ps|zero1 (or --tp/--pp), or launch one "
+               "the whole run alone. Add --dist ddp|zero1|fsdp (or --tp/--pp), or launch one "
                "process");
   // The pipeline's own options, for every task.
   GRADUS_CHECK(options.pp > 1 || !options.given.count("micro-batches"), ValueError,
@@ -485,7 +485,9 @@ int run_train_images(const TrainOptions& options) {
   }
   if (!o.save.empty()) {
     // The one-process model under its names: the layout's shards and stages gathered (a
-    // collective), loaded into the model one process builds.
+    // collective; fsdp's whole parameters while `gathered` lives), loaded into the model one
+    // process builds.
+    const train::FullParameters gathered = trainer.strategy().full_parameters();
     const nn::StateDict full =
         train::full_model_state(trainer.model(), layout_options.tensor_parallel.get(), pipeline);
     if (lead) {

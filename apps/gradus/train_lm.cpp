@@ -507,6 +507,9 @@ int run_train_lm(const TrainOptions& o) {
   // --save / --save-hf: the one-process model (under --tp gathered from the ranks' slices, under
   // --pp from the stages: a collective).
   const bool saving = !run.save.empty() || !run.save_hf.empty();
+  // (Under --dist fsdp the whole parameters are gathered while this lives.)
+  const train::FullParameters gathered =
+      saving ? trainer.strategy().full_parameters() : train::FullParameters{};
   std::shared_ptr<nn::Module> whole = model;
   if (saving && (tensor_parallel || run.pp > 1)) {
     const nn::StateDict full = train::full_model_state(

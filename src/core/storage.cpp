@@ -36,6 +36,10 @@ StorageImpl::StorageImpl(void* external, size_t nbytes, Device device)
     : data_(external), nbytes_(nbytes), device_(device), owned_(false) {}
 
 StorageImpl::~StorageImpl() {
+  free_memory();
+}
+
+void StorageImpl::free_memory() {
   if (!owned_ || data_ == nullptr) return;
   Allocator* a = allocator_for(device_.type());
   if (streams_.allocated_on == nullptr) {
@@ -45,6 +49,30 @@ StorageImpl::~StorageImpl() {
     // thread that drops the last reference), after every other stream that used it.
     a->deallocate_after(data_, nbytes_, device_.index(), streams_);
   }
+  data_ = nullptr;
+}
+
+void StorageImpl::release() {
+  GRADUS_CHECK(owned_, ValueError, "StorageImpl::release: the memory belongs to someone else");
+  free_memory();
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  streams_.others.clear();
+}
+
+void StorageImpl::reacquire() {
+  if (is_resident()) return;
+  Allocator* a = allocator_for(device_.type());
+  {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    streams_.allocated_on = a->allocation_stream(device_.index());
+  }
+  data_ = a->allocate(nbytes_, device_.index());
+}
+
+void detail::throw_released_storage() {
+  throw ValueError(
+      "tensor: its storage is released (a fully sharded parameter read while not gathered: "
+      "read it inside Strategy::full_parameters() or the module's forward)");
 }
 
 void StorageImpl::record_stream(void* stream) {

@@ -1,6 +1,7 @@
 #include "gradus/dist/zero.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "dist/flat.h"
@@ -9,53 +10,106 @@
 
 namespace gradus::dist {
 
-// The flat parameters and gradients of one dtype/device, and this rank's shard of them.
+// The flat parameters and gradients of one unit and dtype/device, and this rank's shard of them.
 struct ZeroRedundancyOptimizer::Buffer {
   detail::FlatLayout plan;
-  Tensor params;       // [padded]: every parameter is a view of it
-  Tensor grads;        // [padded]: every parameter's .grad is a view of it
-  Tensor shard_param;  // leaf view of params [begin, end): what the local optimizer updates
+  Tensor params;  // [padded]: every parameter is a view of it (stage 3: while gathered)
+  Tensor grads;   // [padded]: every parameter's .grad is a view of it (stage 2, 3: in backward)
+  Tensor shard_param;  // leaf [shard]: what the local optimizer updates (a view of params below
+                       // stage 3, its own memory at stage 3)
   Tensor shard_grad;   // [shard]: reduce-scatter output, the shard_param's .grad
   Shard shard;
   // With tensor parallelism: per element of the shard, 1 where it belongs to a tensor-parallel
   // shard, 1 / tensor ranks where to a replicated parameter (so that summing over the tensor
   // group counts it once); undefined without.
   Tensor norm_weights;
+  // Stage 3: whether params holds the whole values, the all-gather in flight, and whether the
+  // shard changed since the last gather (the next one then bumps the parameters' version, so
+  // that caches keyed on it, such as autocast's casts, see new weights).
+  bool gathered = true;
+  WorkPtr gathering;
+  bool stale = false;
+  // Stages 2, 3: the reduce-scatter in flight and where it lands.
+  WorkPtr reducing;
+  Tensor reduced;
 };
+
+namespace {
+
+std::vector<std::vector<size_t>> checked_units(std::vector<std::vector<size_t>> units,
+                                               size_t num_params) {
+  if (units.empty()) {
+    units.emplace_back(num_params);
+    for (size_t i = 0; i < num_params; ++i) units[0][i] = i;
+    return units;
+  }
+  std::vector<int> owner(num_params, -1);
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (size_t i : units[u]) {
+      GRADUS_CHECK(i < num_params, ValueError, "ZeroRedundancyOptimizer: unit ", u,
+                   " names parameter ", i, " of ", num_params);
+      GRADUS_CHECK(owner[i] < 0, ValueError, "ZeroRedundancyOptimizer: parameter ", i,
+                   " is in units ", owner[i], " and ", u);
+      owner[i] = static_cast<int>(u);
+    }
+  }
+  for (size_t i = 0; i < num_params; ++i) {
+    GRADUS_CHECK(owner[i] >= 0, ValueError, "ZeroRedundancyOptimizer: parameter ", i,
+                 " is in no unit");
+  }
+  return units;
+}
+
+}  // namespace
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params,
                                                  const LocalOptimizerFactory& make_local,
-                                                 std::shared_ptr<ProcessGroup> group)
-    : group_(group ? std::move(group) : default_group()) {
+                                                 std::shared_ptr<ProcessGroup> group,
+                                                 ZeroOptions options)
+    : options_(std::move(options)), group_(group ? std::move(group) : default_group()) {
   GRADUS_CHECK(make_local != nullptr, ValueError,
                "ZeroRedundancyOptimizer: no factory for the local optimizer");
+  GRADUS_CHECK(options_.stage >= 1 && options_.stage <= 3, ValueError,
+               "ZeroRedundancyOptimizer: stage ", options_.stage, " (1, 2 or 3)");
   add_group(params);  // validates (leaves, floating, no duplicates)
+  options_.units = checked_units(std::move(options_.units), params.size());
   const int64_t world = group_->size(), rank = group_->rank();
-  std::vector<size_t> order(params.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // A world of one's shard is the whole model: the parameters stay whole (and are the shard).
+  shards_parameters_ = options_.stage == 3 && world > 1;
+  const bool own_shards = shards_parameters_;
   NoGradGuard no_grad;
   std::vector<Tensor> shard_leaves;
-  for (const detail::FlatLayout& plan : detail::plan_flat_layouts(params, order, 0, 0, world)) {
-    auto b = std::make_unique<Buffer>();
-    b->plan = plan;
-    b->params = detail::allocate_flat(plan);
-    b->grads = detail::allocate_flat(plan);
-    const int64_t per = plan.padded_numel / world;
-    b->shard = {rank * per, (rank + 1) * per, plan.padded_numel, plan.numel};
-    for (size_t k = 0; k < plan.params.size(); ++k) {
-      Tensor& p = params[plan.params[k]];
-      Tensor view = detail::flat_view(b->params, plan.offsets[k], p.sizes());
-      view.copy_(p.detach());
-      // The parameter handle (held by the model and its users) now aliases the flat buffer.
-      p.impl()->set_data(view.impl()->storage(), view.sizes(), view.strides(), view.offset(),
-                         view.dtype());
+  units_.resize(options_.units.size());
+  for (size_t u = 0; u < options_.units.size(); ++u) {
+    for (const detail::FlatLayout& plan :
+         detail::plan_flat_layouts(params, options_.units[u], 0, 0, world)) {
+      auto b = std::make_unique<Buffer>();
+      b->plan = plan;
+      b->params = detail::allocate_flat(plan);
+      if (options_.stage == 1) b->grads = detail::allocate_flat(plan);
+      const int64_t per = plan.padded_numel / world;
+      b->shard = {rank * per, (rank + 1) * per, plan.padded_numel, plan.numel};
+      for (size_t k = 0; k < plan.params.size(); ++k) {
+        Tensor& p = params[plan.params[k]];
+        Tensor view = detail::flat_view(b->params, plan.offsets[k], p.sizes());
+        view.copy_(p.detach());
+        // The parameter handle (held by the model and its users) now aliases the flat buffer.
+        p.impl()->set_data(view.impl()->storage(), view.sizes(), view.strides(), view.offset(),
+                           view.dtype());
+      }
+      b->shard_param = b->params.as_strided_raw({per}, {1}, b->params.offset() + rank * per);
+      if (own_shards) {
+        b->shard_param = b->shard_param.clone();
+        b->params.impl()->storage()->release();
+        b->gathered = false;
+      }
+      b->shard_param.set_requires_grad(true);
+      b->shard_grad = zeros({per}, {plan.dtype, plan.device});
+      b->shard_param.set_grad(b->shard_grad);
+      shard_leaves.push_back(b->shard_param);
+      units_[u].push_back(b.get());
+      buffers_.push_back(std::move(b));
     }
-    b->shard_param = b->params.as_strided_raw({per}, {1}, b->params.offset() + rank * per);
-    b->shard_param.set_requires_grad(true);
-    b->shard_grad = zeros({per}, {plan.dtype, plan.device});
-    b->shard_param.set_grad(b->shard_grad);
-    shard_leaves.push_back(b->shard_param);
-    buffers_.push_back(std::move(b));
   }
   local_ = make_local(shard_leaves);
   GRADUS_CHECK(local_ != nullptr, ValueError,
@@ -63,10 +117,24 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params,
   attach_gradients();
 }
 
-ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() = default;
+ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() {
+  // Collectives still in flight write into these buffers: let them land first.
+  for (auto& b : buffers_) {
+    try {
+      if (b->gathering) b->gathering->wait();
+      if (b->reducing) b->reducing->wait();
+    } catch (...) {  // (a failed group: the error was or will be reported by its caller)
+    }
+  }
+}
 
 void ZeroRedundancyOptimizer::attach_gradients() {
   NoGradGuard no_grad;
+  if (options_.stage > 1) {
+    finish_gradients();  // (nothing in flight after a step; a zero_grad mid-backward drops it)
+    for (auto& b : buffers_) b->shard_grad.zero_();
+    return;
+  }
   const std::vector<Tensor>& params = groups_[0];
   for (auto& b : buffers_) {
     b->grads.zero_();
@@ -81,33 +149,160 @@ void ZeroRedundancyOptimizer::zero_grad(bool) {
   attach_gradients();
 }
 
-void ZeroRedundancyOptimizer::step() {
+void ZeroRedundancyOptimizer::gather(size_t unit) {
+  if (!shards_parameters_) return;
+  for (Buffer* b : units_.at(unit)) {
+    if (b->gathered || b->gathering) continue;
+    b->params.impl()->storage()->reacquire();
+    b->gathering = group_->all_gather(b->params, b->shard_param.detach(), "FSDP parameters");
+  }
+}
+
+void ZeroRedundancyOptimizer::wait_gathered(size_t unit) {
+  gather(unit);
+  for (Buffer* b : units_.at(unit)) {
+    if (!b->gathering) continue;
+    WorkPtr work = std::move(b->gathering);
+    const auto t0 = std::chrono::steady_clock::now();
+    work->wait();
+    stats_.gather_wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    b->gathered = true;
+    if (b->stale) {
+      b->params.bump_version();
+      b->stale = false;
+    }
+  }
+}
+
+void ZeroRedundancyOptimizer::release(size_t unit) {
+  if (!shards_parameters_) return;
+  for (Buffer* b : units_.at(unit)) {
+    if (b->gathering) {
+      WorkPtr work = std::move(b->gathering);
+      work->wait();
+    }
+    if (!b->gathered) continue;
+    b->params.impl()->storage()->release();
+    b->gathered = false;
+  }
+}
+
+void ZeroRedundancyOptimizer::adopt_gathered(size_t unit) {
+  NoGradGuard no_grad;
+  for (Buffer* b : units_.at(unit)) {
+    if (!shards_parameters_ || !b->gathered) continue;
+    b->shard_param.copy_(b->params.slice(0, b->shard.begin, b->shard.end));
+  }
+}
+
+void ZeroRedundancyOptimizer::prepare_gradients(size_t unit) {
+  if (options_.stage < 2) return;
   NoGradGuard no_grad;
   const std::vector<Tensor>& params = groups_[0];
-  // A gradient replaced by another tensor (not a view of the flat buffer) is copied in.
-  for (auto& b : buffers_) {
+  for (Buffer* b : units_.at(unit)) {
+    land_reduction(*b);  // (a previous backward's, when gradients accumulate over several)
+    if (b->grads.defined()) continue;
+    b->grads = detail::allocate_flat(b->plan);
     for (size_t k = 0; k < b->plan.params.size(); ++k) {
       const Tensor& p = params[b->plan.params[k]];
       Tensor view = detail::flat_view(b->grads, b->plan.offsets[k], p.sizes());
-      const Tensor g = p.grad();
-      if (!g.defined()) {
-        view.zero_();
-        p.set_grad(view);
-      } else if (g.raw_data() != view.raw_data()) {
-        view.copy_(g);
-        p.set_grad(view);
-      }
+      if (p.grad().defined()) view.copy_(p.grad());  // (accumulated outside the hooks)
+      p.set_grad(view);
     }
   }
-  std::vector<WorkPtr> works;
-  for (auto& b : buffers_) {
-    works.push_back(
-        group_->reduce_scatter(b->shard_grad, b->grads, ReduceOp::avg, "ZeRO gradient shard"));
+}
+
+// The flat gradient of `b` holding every parameter's .grad: a gradient that is not a view of it
+// (backward made a new one) is copied in, a missing one counts as zero.
+void ZeroRedundancyOptimizer::collect_gradients(Buffer& b) {
+  const std::vector<Tensor>& params = groups_[0];
+  if (!b.grads.defined()) b.grads = detail::allocate_flat(b.plan);
+  for (size_t k = 0; k < b.plan.params.size(); ++k) {
+    const Tensor& p = params[b.plan.params[k]];
+    Tensor view = detail::flat_view(b.grads, b.plan.offsets[k], p.sizes());
+    const Tensor g = p.grad();
+    if (!g.defined()) {
+      view.zero_();
+      p.set_grad(view);
+    } else if (g.raw_data() != view.raw_data()) {
+      view.copy_(g);
+      p.set_grad(view);
+    }
   }
-  wait_all(works);
-  works.clear();
+}
+
+void ZeroRedundancyOptimizer::reduce_gradients(size_t unit) {
+  if (options_.stage < 2) return;
+  NoGradGuard no_grad;
+  for (Buffer* b : units_.at(unit)) {
+    if (b->reducing) continue;  // (started already in this backward)
+    collect_gradients(*b);
+    b->reduced = empty({b->shard.end - b->shard.begin}, {b->plan.dtype, b->plan.device});
+    b->reducing =
+        group_->reduce_scatter(b->reduced, b->grads, ReduceOp::avg, "ZeRO gradient shard");
+  }
+}
+
+void ZeroRedundancyOptimizer::finish_gradients() {
+  if (options_.stage < 2) return;
+  NoGradGuard no_grad;
+  const std::vector<Tensor>& params = groups_[0];
+  for (size_t u = 0; u < units_.size(); ++u) {
+    bool pending = false;
+    for (const Buffer* b : units_[u]) {
+      if (b->reducing) continue;
+      for (size_t i : b->plan.params) pending = pending || params[i].grad().defined();
+    }
+    if (pending) reduce_gradients(u);
+  }
+  wait_reductions();
+}
+
+void ZeroRedundancyOptimizer::wait_reductions() {
+  NoGradGuard no_grad;
+  for (auto& b : buffers_) land_reduction(*b);
+}
+
+// Waits for the buffer's reduction in flight (if any), adds it into the gradient shard and frees
+// the flat gradient with the parameters' .grad views of it.
+void ZeroRedundancyOptimizer::land_reduction(Buffer& b) {
+  if (!b.reducing) return;
+  WorkPtr work = std::move(b.reducing);
+  const auto t0 = std::chrono::steady_clock::now();
+  work->wait();
+  stats_.reduce_wait_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  b.shard_grad.add_(b.reduced);
+  b.reduced = Tensor();
+  const std::vector<Tensor>& params = groups_[0];
+  for (size_t i : b.plan.params) params[i].set_grad(Tensor());
+  b.grads = Tensor();
+}
+
+void ZeroRedundancyOptimizer::step() {
+  NoGradGuard no_grad;
+  const std::vector<Tensor>& params = groups_[0];
+  std::vector<WorkPtr> works;
+  if (options_.stage == 1) {
+    for (auto& b : buffers_) {
+      collect_gradients(*b);
+      works.push_back(
+          group_->reduce_scatter(b->shard_grad, b->grads, ReduceOp::avg, "ZeRO gradient shard"));
+    }
+    wait_all(works);
+    works.clear();
+  } else {
+    finish_gradients();
+  }
   if (max_grad_norm_ > 0) clip_shards();
   local_->step();
+  if (shards_parameters_) {
+    // The whole parameters are gathered again, from the new shards, when next used.
+    for (size_t u = 0; u < units_.size(); ++u) release(u);
+    for (auto& b : buffers_) b->stale = true;
+    return;
+  }
   for (auto& b : buffers_) {
     works.push_back(group_->all_gather(b->params, b->shard_param.detach(), "ZeRO parameters"));
   }

@@ -403,6 +403,8 @@ std::string Checkpointer::save(int64_t step, data::LoaderPosition next,
   if (!enabled()) return {};
   if (step == last_step_ && next == last_position_) return last_path_;
   const auto t0 = std::chrono::steady_clock::now();
+  const FullParameters whole =
+      options_.full_parameters ? options_.full_parameters() : FullParameters{};
   // A sharded optimizer's state_dict() gathers (a collective: every rank is here) the state one
   // unsharded optimizer would have, so the checkpoint resumes at any world size.
   io::TrainingState s = io::capture_training_state(model_, &optimizer_, step, scheduler_);
@@ -519,7 +521,9 @@ StartPoint find_start(const CheckpointOptions& o, const std::string& config, nn:
     say("%s: warning: %s\n", who, note.c_str());
   }
   // One process's state: this stage's part of it, this rank's shards of that, then restored as
-  // this model's own.
+  // this model's own (into the whole parameters of a sharded model, taken into its shards when
+  // `whole` ends).
+  const FullParameters whole = o.full_parameters ? o.full_parameters() : FullParameters{};
   if (staged(o.pipeline)) take_stage(state, *o.pipeline, model, optimizer);
   if (dist::TensorParallelModule* split = o.tensor_parallel) {
     split->load_full_state_dict(state.model);

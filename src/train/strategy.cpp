@@ -4,6 +4,7 @@
 #include <set>
 #include <sstream>
 
+#include "gradus/dist/fsdp.h"
 #include "gradus/dist/module_sync.h"
 #include "gradus/dist/parameter_server.h"
 #include "gradus/dist/zero.h"
@@ -19,7 +20,10 @@ uint64_t storage_bytes(const std::vector<Tensor>& tensors, std::set<const Storag
   for (const Tensor& t : tensors) {
     if (!t.defined() || t.impl() == nullptr) continue;
     const Storage& storage = t.impl()->storage();
-    if (storage && seen.insert(storage.get()).second) bytes += storage->nbytes();
+    // (A released storage, FSDP's whole parameters between uses, holds no memory.)
+    if (storage && storage->is_resident() && seen.insert(storage.get()).second) {
+      bytes += storage->nbytes();
+    }
   }
   return bytes;
 }
@@ -92,6 +96,7 @@ MemoryFootprint Strategy::memory_footprint() const {
   const std::vector<Tensor> params = model().parameters();
   m.parameter_bytes = storage_bytes(params, seen);
   m.parameter_bytes += storage_bytes(optimizer().all_params(), seen);
+  m.parameter_bytes += storage_bytes(parameter_buffers(), seen);
   m.gradient_bytes = storage_bytes(gradients_of(params), seen);
   m.gradient_bytes += storage_bytes(gradients_of(optimizer().all_params()), seen);
   m.gradient_bytes += storage_bytes(gradient_buffers(), seen);
@@ -195,46 +200,73 @@ class ParameterServerStrategy final : public Strategy {
   std::unique_ptr<dist::ParameterServer> server_;
 };
 
-// ZeRO stage 1: gradients reduce-scattered, each rank updates its shard of the parameters and
-// holds that shard's optimizer state, the parameters all-gathered.
-class Zero1Strategy final : public Strategy {
+// ZeRO: gradients reduce-scattered, each rank updates its shard of the parameters and holds that
+// shard's optimizer state. Stage 1 all-gathers the parameters after the step; stage 2 frees each
+// unit's whole gradient as soon as it is reduce-scattered during backward; stage 3 (FSDP) holds
+// only its parameter shards between steps and gathers each unit's around its use
+// (dist::FullyShard).
+template <int Stage>
+class ZeroStrategy final : public Strategy {
  public:
   using Strategy::Strategy;
-  const char* name() const override { return "zero1"; }
+  const char* name() const override { return Stage == 1 ? "zero1" : Stage == 2 ? "zero2" : "fsdp"; }
   StrategyCaps caps() const override {
     return {.loss_scaling = false, .graph_capture = false, .sharded_optimizer_state = true};
   }
   void setup(std::shared_ptr<nn::Module> model, const OptimizerFactory& make) override {
+    GRADUS_CHECK(Stage == 1 || pipeline() == nullptr, ValueError, "train: strategy ", name(),
+                 " does not run under pipeline parallelism (--pp): use zero1 or ddp");
     model_ = held_part(std::move(model));
     dist::broadcast_module_state(*model_, *group_, 0);
     // The trainable parameters only: a frozen one is neither in the shards nor updated (an
     // optimizer over it would still apply weight decay to its zero gradient).
-    auto zero = std::make_unique<dist::ZeroRedundancyOptimizer>(updated_parameters(), make, group_);
+    const std::vector<Tensor> params = updated_parameters();
+    dist::ShardUnits units;
+    dist::ZeroOptions zero_options{.stage = Stage, .units = {}};
+    if (Stage > 1) {
+      units = dist::plan_shard_units(*model_, params);
+      zero_options.units = units.params;
+    }
+    auto zero = std::make_unique<dist::ZeroRedundancyOptimizer>(params, make, group_, zero_options);
     zero_ = zero.get();
     zero_->set_model_parallel(model_parallel());
     optimizer_ = std::move(zero);
+    if (Stage > 1) {
+      fully_shard_ = std::make_unique<dist::FullyShard>(
+          *model_, *zero_, std::move(units),
+          dist::FullyShardOptions{.reshard_after_forward = Stage == 3,
+                                  .prefetch = options_.fsdp.prefetch});
+    }
   }
   nn::Module& module() override { return model(); }
   void before_forward() override {
     if (model().is_training()) dist::broadcast_buffers(model(), *group_, 0);
   }
   void step(amp::GradScaler& scaler, double max_grad_norm) override {
-    GRADUS_CHECK(!scaler.is_enabled(), ValueError,
-                 "train: strategy zero1 does not support loss scaling (--amp f16)");
+    GRADUS_CHECK(!scaler.is_enabled(), ValueError, "train: strategy ", name(),
+                 " does not support loss scaling (--amp f16)");
     // Clipped inside the step, on the averaged shards (a global norm over them).
     zero_->set_max_grad_norm(max_grad_norm);
     zero_->step();
   }
+  FullParameters full_parameters() override {
+    if (Stage < 3) return {};
+    fully_shard_->gather_all();
+    return FullParameters([this] { fully_shard_->release_all(/*adopt_writes=*/true); });
+  }
 
  protected:
   // The reduce-scattered gradient shard the local optimizer reads (besides the flat gradient
-  // that backward writes, the parameters' .grad).
+  // that backward writes, the parameters' .grad), and the parameter shard it updates (a view of
+  // the whole parameters below stage 3).
   std::vector<Tensor> gradient_buffers() const override {
     return gradients_of(zero_->local().all_params());
   }
+  std::vector<Tensor> parameter_buffers() const override { return zero_->local().all_params(); }
 
  private:
   dist::ZeroRedundancyOptimizer* zero_ = nullptr;  // optimizer_, typed
+  std::unique_ptr<dist::FullyShard> fully_shard_;  // stages 2 and 3
 };
 
 template <typename S>
@@ -251,7 +283,11 @@ const std::vector<StrategyInfo>& strategies() {
       {"ps", "replicas; a parameter server on rank 0 averages and steps",
        make<ParameterServerStrategy>},
       {"zero1", "replicas; gradients reduce-scattered, optimizer state sharded (ZeRO-1)",
-       make<Zero1Strategy>},
+       make<ZeroStrategy<1>>},
+      {"zero2", "replicas; gradients and optimizer state sharded, reduced per block (ZeRO-2)",
+       make<ZeroStrategy<2>>},
+      {"fsdp", "parameters, gradients and optimizer state sharded, gathered per block (ZeRO-3)",
+       make<ZeroStrategy<3>>},
   };
   return registry;
 }

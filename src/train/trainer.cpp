@@ -211,6 +211,7 @@ FitResult Trainer::fit(data::DataLoader& loader) {
   ckpt.report = ckpt.report && writer;  // one rank reports for the world
   ckpt.tensor_parallel = strategy_->tensor_parallel();
   ckpt.pipeline = strategy_->pipeline();
+  ckpt.full_parameters = [this] { return strategy_->full_parameters(); };
   const StartPoint start = find_start(ckpt, options_.config, model(), scaler_, optimizer(),
                                       scheduler_.get(), options_.check_config);
   // A replayed step reads its learning rate and step count from the device.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Faults in a distributed run: one rank of a 3-rank `gradus train --dist ddp|zero1` job (the
-# strategies alternate between trials: DDP's all-reduces, ZeRO-1's reduce-scatter and all-gather)
+# Faults in a distributed run: one rank of a 3-rank `gradus train --dist ddp|zero1|fsdp` job (the
+# strategies take turns between trials: DDP's all-reduces, ZeRO-1's reduce-scatter and
+# all-gather, FSDP's per-layer all-gathers and reduce-scatters during forward and backward)
 # is SIGKILLed, or SIGSTOPped (a stall, which MPI itself never reports), in the middle of training. The job must end
 # non-zero within the timeout (--dist-timeout plus start/abort slack) and the output must name the
 # rank; never hang (every trial runs under an outer `timeout`). The test counts the faults that
@@ -33,8 +34,8 @@ failures=0
 for kind in KILL STOP; do
   for ((t = 1; t <= trials; t++)); do
     victim=$((1 + RANDOM % 2))
-    strategy=ddp
-    [ $((t % 2)) = 0 ] && strategy=zero1
+    strategies=(ddp zero1 fsdp)
+    strategy=${strategies[$((t % 3))]}
     log="$work/$kind-$t.log"
     metrics="$work/$kind-$t.jsonl"
     timeout -s KILL 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none \

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPT under every data-parallel strategy, against one process (the same global batch: each
-# rank takes its rows of the batches one seeded stream draws): ddp, ps and zero1 at 2 and 3 ranks
+# rank takes its rows of the batches one seeded stream draws): ddp, ps, zero1, zero2 and fsdp at 2
+# and 3 ranks
 # end at the one-process weights (gradus inspect --compare: every tensor within 1e-4 relative,
 # except the attention's qkv biases: the key third of them has a true gradient of exactly zero,
 # so AdamW turns the ranks' different rounding into steps of size lr there, 1e-3), and print the
-# same validation losses; so do 2 tensor-parallel ranks, 2 data x 2 tensor ranks and pipelines of
+# same validation losses; so do 2 tensor-parallel ranks, 2 data x 2 tensor ranks (fsdp too) and
+# pipelines of
 # 2-4 stages (with dropout too). Checkpoints: a
 # one-process run stopped and resumed ends bitwise where an uninterrupted one ends; a ddp
 # checkpoint resumes on one process and under zero1; a --tp or --pp checkpoint on one process, and
@@ -48,7 +50,7 @@ reference=$(losses "$work/one.log")
 echo "gpt_strategies: one process: $reference"
 runs=0
 for np in 2 3; do
-  for strategy in ddp ps zero1; do
+  for strategy in ddp ps zero1 zero2 fsdp; do
     launch "$np" --dist "$strategy" --save "$work/$strategy$np.safetensors" \
       --metrics "$work/$strategy$np.jsonl" >"$work/run.log" 2>&1 ||
       fail "-np $np --dist $strategy: $(tail -3 "$work/run.log")"
@@ -66,7 +68,7 @@ done
 # tensor ranks with ddp, ps or zero1 over the data ranks, with the default gradient clipping (its
 # norm summed over the shards): the same losses and weights.
 for layout in "2 --tp 2" "4 --tp 2" "4 --tp 2 --dist ddp" "4 --tp 2 --dist ps" \
-              "4 --tp 2 --dist zero1"; do
+              "4 --tp 2 --dist zero1" "4 --tp 2 --dist fsdp"; do
   np=${layout%% *}
   # shellcheck disable=SC2086
   launch $layout --save "$work/tp.safetensors" --metrics "$work/tp.jsonl" >"$work/run.log" 2>&1 ||
@@ -87,7 +89,8 @@ done
 "$gradus" "${common[@]}" --grad-clip 0.01 --save "$work/clip_one.safetensors" >"$work/run.log" 2>&1 ||
   fail "one process --grad-clip 0.01: $(tail -3 "$work/run.log")"
 clip_reference=$(losses "$work/run.log")
-for layout in "2 --tp 2" "4 --tp 2 --dist ddp" "4 --tp 2 --dist ps" "4 --tp 2 --dist zero1"; do
+for layout in "2 --tp 2" "4 --tp 2 --dist ddp" "4 --tp 2 --dist ps" "4 --tp 2 --dist zero1" \
+              "4 --tp 2 --dist fsdp"; do
   # shellcheck disable=SC2086
   launch $layout --grad-clip 0.01 --save "$work/clip.safetensors" >"$work/run.log" 2>&1 ||
     fail "-np $layout --grad-clip 0.01: $(tail -3 "$work/run.log")"
@@ -96,7 +99,7 @@ for layout in "2 --tp 2" "4 --tp 2 --dist ddp" "4 --tp 2 --dist ps" "4 --tp 2 --
   close_to "$work/clip_one.safetensors" "$work/clip.safetensors" "-np $layout --grad-clip 0.01"
 done
 [ "$clip_reference" != "$reference" ] || fail "--grad-clip 0.01 changed nothing: the clipping test is void"
-echo "gpt_strategies: with --grad-clip 0.01, --tp 2 under local, ddp, ps and zero1 ends at the one-process weights"
+echo "gpt_strategies: with --grad-clip 0.01, --tp 2 under local, ddp, ps, zero1 and fsdp ends at the one-process weights"
 # Checkpoints under --tp hold one process's model and optimizer state: 2 tensor ranks stopped
 # after step 3 resume on one process, and one process's checkpoint resumes as 2 data x 2 tensor
 # ranks; both end at the one-process weights.
@@ -202,4 +205,24 @@ launch 3 --dist zero1 --checkpoint-dir "$work/ck3" --resume --save "$work/ddp_th
 grep -q "resuming from .* (step 3," "$work/r3.log" || fail "ddp -> zero1 did not resume from step 3"
 close_to "$work/one.safetensors" "$work/ddp_then_zero1.safetensors" "ddp on 2 ranks -> zero1 on 3"
 echo "gpt_strategies: a ddp checkpoint resumed on one process and under zero1 on 3 ranks ends at the one-process weights"
+# An fsdp checkpoint (one process's state, gathered from the shards) written on 3 ranks resumes
+# on one process and under fsdp on 2 ranks; a zero1 one under fsdp.
+launch 3 --dist fsdp --checkpoint-dir "$work/ckf" --checkpoint-every 3 --stop-after-steps 3 \
+  >"$work/run.log" 2>&1 || fail "fsdp stop: $(tail -3 "$work/run.log")"
+cp -r "$work/ckf" "$work/ckf2"
+"$gradus" "${common[@]}" --checkpoint-dir "$work/ckf" --resume --save "$work/fsdp_then_one.safetensors" \
+  >"$work/run.log" 2>&1 || fail "fsdp -> one process: $(tail -3 "$work/run.log")"
+grep -q "resuming from .* (step 3," "$work/run.log" || fail "fsdp -> one process did not resume from step 3"
+close_to "$work/one.safetensors" "$work/fsdp_then_one.safetensors" "fsdp on 3 ranks -> one process"
+launch 2 --dist fsdp --checkpoint-dir "$work/ckf2" --resume --save "$work/fsdp3_then_fsdp2.safetensors" \
+  >"$work/run.log" 2>&1 || fail "fsdp 3 -> fsdp 2: $(tail -3 "$work/run.log")"
+grep -q "resuming from .* (step 3," "$work/run.log" || fail "fsdp 3 -> fsdp 2 did not resume from step 3"
+close_to "$work/one.safetensors" "$work/fsdp3_then_fsdp2.safetensors" "fsdp on 3 ranks -> fsdp on 2"
+launch 2 --dist zero1 --checkpoint-dir "$work/ckz" --checkpoint-every 3 --stop-after-steps 3 \
+  >"$work/run.log" 2>&1 || fail "zero1 stop: $(tail -3 "$work/run.log")"
+launch 3 --dist fsdp --checkpoint-dir "$work/ckz" --resume --save "$work/zero1_then_fsdp.safetensors" \
+  >"$work/run.log" 2>&1 || fail "zero1 -> fsdp: $(tail -3 "$work/run.log")"
+grep -q "resuming from .* (step 3," "$work/run.log" || fail "zero1 -> fsdp did not resume from step 3"
+close_to "$work/one.safetensors" "$work/zero1_then_fsdp.safetensors" "zero1 on 2 ranks -> fsdp on 3"
+echo "gpt_strategies: fsdp checkpoints resume on one process and under fsdp at another world size, zero1's under fsdp"
 echo "gpt_strategies: $runs layouts: PASS"

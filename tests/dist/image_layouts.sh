@@ -74,7 +74,7 @@ close_to "$work/one.safetensors" "$work/pp.safetensors" "--pp 2"
 launch 2 --pp 2 --checkpoint-dir "$work/ck_kill" --checkpoint-every 4 >"$work/kill.log" 2>&1 &
 killed=0
 for _ in $(seq 1 600); do
-  if [ -e "$work/ck_kill/ckpt-0000000008.safetensors" ]; then
+  if [ -e "$work/ck_kill/ckpt-0000000004.safetensors" ]; then  # (the first: 28 steps left to land in)
     pkill -KILL -f "gradus train --model mlp.*ck_kill" && killed=1
     break
   fi

@@ -52,24 +52,33 @@ TEST_P(Strategy, MatchesOneProcessOnTheWholeBatch) {
     }
   }
   const double tol = equivalence_tolerance(model_name, opt_name);
-  EXPECT_LT(params_diff(*local, *ref), tol)
-      << mode << " " << model_name << " " << opt_name << " seed " << seed;
+  {
+    const train::FullParameters whole = strategy->full_parameters();  // (fsdp: gathered)
+    EXPECT_LT(params_diff(*local, *ref), tol)
+        << mode << " " << model_name << " " << opt_name << " seed " << seed;
+  }
 
-  // What the rank holds between steps, against the model's own sizes: every strategy here keeps
-  // the whole parameters and a whole gradient (a flat buffer adds at most its padding), ZeRO-1
-  // its gradient shard besides; the optimizer state is the optimizer's.
+  // What the rank holds between steps, against the model's own sizes: the whole parameters, or
+  // under fsdp a 1/size shard of them; a whole gradient (ZeRO-1 its shard besides), or under
+  // zero2 and fsdp only the shard; each flat buffer adds at most its padding. The optimizer state
+  // is the optimizer's.
   const train::MemoryFootprint held = strategy->memory_footprint();
   uint64_t model_bytes = 0;
   for (const Tensor& p : local->parameters()) {
     model_bytes += static_cast<uint64_t>(p.numel()) * p.element_size();
   }
-  const uint64_t padding = static_cast<uint64_t>(size) * 8, s = static_cast<uint64_t>(size);
-  const bool sharded = strategy->caps().sharded_optimizer_state;
-  EXPECT_GE(held.parameter_bytes, model_bytes) << mode;
-  EXPECT_LE(held.parameter_bytes, model_bytes + padding) << mode;
-  EXPECT_GE(held.gradient_bytes, model_bytes + (sharded ? model_bytes / s : 0)) << mode;
-  EXPECT_LE(held.gradient_bytes, model_bytes + (sharded ? model_bytes / s : 0) + 2 * padding)
-      << mode;
+  const uint64_t s = static_cast<uint64_t>(size);
+  // (One flat buffer per unit; a unit holds at least one parameter.)
+  const uint64_t padding = static_cast<uint64_t>(local->parameters().size()) * s * 8;
+  const int stage = mode == "zero1" ? 1 : mode == "zero2" ? 2 : mode == "fsdp" ? 3 : 0;
+  const uint64_t params_held = stage == 3 ? model_bytes / s : model_bytes;
+  EXPECT_GE(held.parameter_bytes, params_held) << mode;
+  EXPECT_LE(held.parameter_bytes, params_held + padding) << mode;
+  const uint64_t grads_held = stage >= 2   ? model_bytes / s
+                              : stage == 1 ? model_bytes + model_bytes / s
+                                           : model_bytes;
+  EXPECT_GE(held.gradient_bytes, grads_held) << mode;
+  EXPECT_LE(held.gradient_bytes, grads_held + 2 * padding) << mode;
   EXPECT_EQ(held.optimizer_state_bytes, opt->state_bytes()) << mode;
 
   if (strategy->caps().sharded_optimizer_state) {
@@ -78,7 +87,7 @@ TEST_P(Strategy, MatchesOneProcessOnTheWholeBatch) {
     for (const auto& [k, t] : ref_opt->state_dict().tensors) {
       full_bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
     }
-    EXPECT_LE(opt->state_bytes(), full_bytes / static_cast<uint64_t>(size) + 64 * 8 * 4);
+    EXPECT_LE(opt->state_bytes(), full_bytes / static_cast<uint64_t>(size) + 4 * padding);
     EXPECT_GE(opt->state_bytes() * static_cast<uint64_t>(size), full_bytes);
     // The consolidated state is the unsharded optimizer's.
     const optim::OptimizerState full = opt->state_dict();  // gathered from the shards
@@ -95,7 +104,10 @@ TEST_P(Strategy, MatchesOneProcessOnTheWholeBatch) {
     }
     // Round trip into a fresh sharded optimizer: one more step matches the reference's.
     auto again = build(model_name, seed);
-    again->load_state_dict(local->state_dict());
+    {
+      const train::FullParameters whole = strategy->full_parameters();
+      again->load_state_dict(local->state_dict());
+    }
     dist::ZeroRedundancyOptimizer opt2(
         again->parameters(), [&](std::vector<Tensor> shard) { return make_opt(opt_name, shard); });
     opt2.load_state_dict(full);

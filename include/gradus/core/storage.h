@@ -40,6 +40,10 @@ void register_allocator(DeviceType type, Allocator* allocator);
 Allocator* default_host_allocator();
 Allocator* allocator_for(DeviceType type);  // throws DeviceError if the device type is not built
 
+namespace detail {
+[[noreturn]] void throw_released_storage();
+}  // namespace detail
+
 class StorageImpl {
  public:
   StorageImpl(size_t nbytes, Device device);
@@ -53,6 +57,15 @@ class StorageImpl {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
+  // Frees the memory but keeps the object: its identity, size and version, and so every view of
+  // it and every tensor autograd saved. Fully sharded training holds a unit's whole parameters
+  // only while it computes (like FSDP2's storage resize to zero); reacquire() gives the storage
+  // new memory (uninitialised) before it is written again. A released storage's tensors refuse
+  // to be read (ValueError). Owned storages only.
+  void release();
+  void reacquire();
+  bool is_resident() const { return data_ != nullptr || nbytes_ == 0; }
+
   // Bumped by every in-place write through any view; autograd compares it with the value seen
   // when a tensor was saved for backward.
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
@@ -64,6 +77,7 @@ class StorageImpl {
   StreamUses stream_uses() const;
 
  private:
+  void free_memory();
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;

@@ -60,6 +60,7 @@ class TensorImpl {
   int64_t numel() const { return numel_; }
   bool is_contiguous() const { return contiguous_; }
   void* data() const {
+    if (storage_->data() == nullptr && storage_->nbytes() != 0) detail::throw_released_storage();
     return static_cast<char*>(storage_->data()) +
            offset_ * static_cast<int64_t>(dtype_size(dtype_));
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "gradus/dist/ddp.h"
+#include "gradus/dist/fsdp.h"
 #include "gradus/dist/layout.h"
 #include "gradus/dist/module_sync.h"
 #include "gradus/dist/parameter_server.h"

@@ -14,6 +14,15 @@
 // gradient buffer (zero_grad zeroes it and re-attaches them), so backward writes straight into
 // what is communicated.
 //
+// Stages 2 and 3 (ZeroOptions::stage) shard more, per unit (a group of parameters gathered and
+// reduced together: a transformer block; dist::FullyShard drives them from the module's hooks):
+//   2: the gradients too. Each unit's flat gradient exists only during its backward: it is
+//      reduce-scattered as soon as the unit's parameters have their gradients (reduce_gradients)
+//      and freed once the reduction lands in the shard (finish_gradients, at the latest in step).
+//   3: and the parameters. Each unit's whole parameters exist only between gather() and release();
+//      between steps a rank holds its shards of parameters, gradients and optimizer state. (In a
+//      world of one the shard is the whole model: the parameters stay whole.)
+//
 // Without data parallelism (a world of one) it is exactly the wrapped optimizer on one shard.
 #pragma once
 
@@ -32,10 +41,17 @@ namespace gradus::dist {
 using LocalOptimizerFactory =
     std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor> shard)>;
 
+struct ZeroOptions {
+  int stage = 1;  // 1: optimizer state sharded; 2: and gradients; 3: and parameters
+  // Indices into the parameter list, per unit (every parameter in exactly one; a unit may be
+  // empty). Empty: one unit of every parameter.
+  std::vector<std::vector<size_t>> units = {};
+};
+
 class ZeroRedundancyOptimizer : public optim::Optimizer {
  public:
   ZeroRedundancyOptimizer(std::vector<Tensor> params, const LocalOptimizerFactory& make_local,
-                          std::shared_ptr<ProcessGroup> group = nullptr);
+                          std::shared_ptr<ProcessGroup> group = nullptr, ZeroOptions options = {});
   ~ZeroRedundancyOptimizer() override;
 
   void step() override;
@@ -47,12 +63,48 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   // counted once, the stages' sums added over the pipeline group). What split points to must
   // outlive the optimizer.
   void set_model_parallel(const ModelParallel& split);
-  void zero_grad(bool set_to_none = true) override;  // always zeroes the flat gradients in place
+  // Stage 1: zeroes the flat gradients in place (the parameters' .grad stay views of them);
+  // stages 2 and 3: zeroes the gradient shards and drops any flat gradient left.
+  void zero_grad(bool set_to_none = true) override;
+
+  // ---- per unit (stages 2 and 3; collectives, called in the same order on every rank) ----
+  int stage() const { return options_.stage; }
+  size_t num_units() const { return units_.size(); }
+  // Stage 3: gives the unit's whole parameters memory again and starts their all-gather from the
+  // shards (a no-op when gathered or in flight; nothing to do below stage 3).
+  void gather(size_t unit);
+  // gather() and waits for it: the unit's parameters hold their whole values.
+  void wait_gathered(size_t unit);
+  // Stage 3: frees the unit's whole parameters (waiting for a gather in flight first).
+  void release(size_t unit);
+  // Stage 3: the shards take the gathered unit's whole values (what a load wrote into them).
+  void adopt_gathered(size_t unit);
+  // A zeroed flat gradient for the unit, the parameters' .grad views of it (kept when present):
+  // backward then accumulates straight into what is reduce-scattered.
+  void prepare_gradients(size_t unit);
+  // Starts the reduce-scatter (avg) of the unit's flat gradient toward its shard; a parameter
+  // whose .grad is not a view of it (none was prepared) is copied in first.
+  void reduce_gradients(size_t unit);
+  // Waits for every reduction started, adds each into the gradient shard, frees the flat
+  // gradients and the parameters' .grad; reduces first whatever has a gradient and no reduction
+  // yet. step() calls it.
+  void finish_gradients();
+  // Lands the reductions in flight only (before another backward accumulates: dist::FullyShard
+  // calls it when a backward begins).
+  void wait_reductions();
+  // How long the caller waited for communication that was not done yet (the gathers a unit
+  // needed now; the reductions step() needed): with the communication's own time, what the
+  // overlap hid.
+  struct Stats {
+    double gather_wait_seconds = 0;
+    double reduce_wait_seconds = 0;
+  };
+  const Stats& stats() const { return stats_; }
   const char* type_name() const override;
   double group_lr(size_t group) const override;
   void set_group_lr(size_t group, double lr) override;
 
-  // This rank's shard: [begin, end) of flat buffer `buffer` (one per dtype/device).
+  // This rank's shard: [begin, end) of flat buffer `buffer` (one per unit and dtype/device).
   struct Shard {
     int64_t begin = 0, end = 0, padded_numel = 0, numel = 0;
   };
@@ -79,6 +131,12 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   struct Buffer;
   void attach_gradients();
   void clip_shards();
+  void collect_gradients(Buffer& b);
+  void land_reduction(Buffer& b);
+  ZeroOptions options_;
+  bool shards_parameters_ = false;  // stage 3 over more than one rank
+  Stats stats_;
+  std::vector<std::vector<Buffer*>> units_;  // the buffers of each unit
   double max_grad_norm_ = 0;
   ModelParallel model_parallel_;
   std::shared_ptr<ProcessGroup> group_;

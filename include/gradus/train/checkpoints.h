@@ -19,6 +19,7 @@
 #include "gradus/io/checkpoint.h"
 #include "gradus/nn/module.h"
 #include "gradus/optim/optim.h"
+#include "gradus/train/full_parameters.h"
 
 namespace gradus::train {
 
@@ -75,6 +76,9 @@ struct CheckpointOptions {
   // gathered on stage 0 when saving (a collective over the pipeline group) and taken back when
   // resuming, so they resume under any layout.
   dist::Pipeline* pipeline = nullptr;
+  // Gathers a sharded model's whole parameters for as long as the result lives
+  // (Strategy::full_parameters: fsdp); unset when they are always whole.
+  std::function<FullParameters()> full_parameters = nullptr;
   // Write each checkpoint on a background thread: save() gathers the state (the collectives),
   // copies its tensors to host memory and returns while the file is written, so training
   // continues; the next save() waits for the previous write first. Files still appear only by

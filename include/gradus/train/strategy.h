@@ -1,9 +1,9 @@
 // How a model and its optimizer are spread over the data-parallel ranks: one interface, one
 // registry (gradus::train, the training layer above nn / optim / amp / dist).
 //
-//   auto strategy = train::make_strategy("zero1");      // "local", "ddp", "ps", "zero1"
-//   strategy->setup(model, [](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(p); });
-//   for (...) {
+//   auto strategy = train::make_strategy("fsdp");  // "local", "ddp", "ps", "zero1", "zero2",
+//   "fsdp" strategy->setup(model, [](std::vector<Tensor> p) { return
+//   std::make_unique<optim::Adam>(p); }); for (...) {
 //     strategy->optimizer().zero_grad();
 //     strategy->before_forward();
 //     Tensor loss = cross_entropy(strategy->module()(x), y);  // x: this rank's share of the batch
@@ -16,7 +16,9 @@
 // global batch (tests/dist/strategies_test.cpp checks each registered one against it). What sets
 // them apart is what crosses the network and what each rank holds: DDP all-reduces gradient
 // buckets during backward, the parameter server sends every gradient to one rank and the new
-// parameters back, ZeRO-1 reduce-scatters the gradients and shards the optimizer state. The
+// parameters back, ZeRO-1 reduce-scatters the gradients and shards the optimizer state, ZeRO-2
+// also frees each block's whole gradient once reduce-scattered during backward, FSDP (ZeRO-3)
+// also shards the parameters and gathers each block's just before it runs. The
 // optimizer's state_dict() is the whole (unsharded) state under every strategy (collective where
 // it is sharded), so a checkpoint written under one resumes under any other.
 //
@@ -32,11 +34,13 @@
 
 #include "gradus/amp/grad_scaler.h"
 #include "gradus/dist/ddp.h"
+#include "gradus/dist/fsdp.h"
 #include "gradus/dist/pipeline.h"
 #include "gradus/dist/process_group.h"
 #include "gradus/dist/tensor_parallel.h"
 #include "gradus/nn/module.h"
 #include "gradus/optim/optimizer.h"
+#include "gradus/train/full_parameters.h"
 
 namespace gradus::train {
 
@@ -60,6 +64,8 @@ struct StrategyOptions {
   // a world of one when dist::init was not called.
   std::shared_ptr<dist::ProcessGroup> group = nullptr;
   dist::DDPOptions ddp = {};  // bucket sizes and overlap ("ddp"; its group is the one above)
+  // Prefetching ("zero2", "fsdp"; whether to free after forward is the strategy's stage).
+  dist::FullyShardOptions fsdp = {};
   // The model when tensor parallelism splits it inside each data replica (e.g.
   // dist::TensorParallelGPT, the same object as the model given to setup, or a
   // dist::TensorParallelLayers view of it). Gradient clipping then sums the shards' squared norms
@@ -93,7 +99,7 @@ class Strategy {
   Strategy(const Strategy&) = delete;
   Strategy& operator=(const Strategy&) = delete;
 
-  // The registry name ("local", "ddp", "ps", "zero1").
+  // The registry name ("local", "ddp", "ps", "zero1", "zero2", "fsdp").
   virtual const char* name() const = 0;
   virtual StrategyCaps caps() const = 0;
   // Takes the model (built the same way on every rank; its trainable parameters, this stage's
@@ -127,6 +133,10 @@ class Strategy {
   dist::Pipeline* pipeline() const { return options_.pipeline.get(); }
   // What this rank holds now (call it between steps: after step(), before the next zero_grad).
   MemoryFootprint memory_footprint() const;
+  // The model's whole parameters while the result lives (train/full_parameters.h): what reading
+  // or writing them outside the training step needs (checkpoints, --save). Collective under
+  // "fsdp"; nothing to do under the others.
+  virtual FullParameters full_parameters() { return {}; }
   // How each replica is spread over ranks (what gradient clipping needs).
   dist::ModelParallel model_parallel() const;
   // Every rank that trains this model: the data ranks, and with tensor or pipeline parallelism
@@ -134,9 +144,11 @@ class Strategy {
   dist::ProcessGroup& run_group() const;
 
  protected:
-  // Gradient storage the strategy holds beyond its parameters' and optimizer's .grad (ZeRO-1's
-  // reduce-scattered shard): memory_footprint() counts it as gradient bytes.
+  // Gradient storage the strategy holds beyond its parameters' and optimizer's .grad (ZeRO's
+  // reduce-scattered shards): memory_footprint() counts it as gradient bytes.
   virtual std::vector<Tensor> gradient_buffers() const { return {}; }
+  // Parameter storage beyond the model's (FSDP's shards): counted as parameter bytes.
+  virtual std::vector<Tensor> parameter_buffers() const { return {}; }
   // What this rank holds of `model`: the model, or under a pipeline its stage's layers (kept
   // alive by the whole model they belong to).
   std::shared_ptr<nn::Module> held_part(std::shared_ptr<nn::Module> model) const;

@@ -1,0 +1,211 @@
+// Fully sharded training (strategies "zero2" and "fsdp", dist::FullyShard) on the GPT, in float64
+// at every world size the dist suite runs (1-4 ranks), against one process on the whole batch:
+// with SGD-momentum and AdamW, gradient accumulation, clipping and activation checkpointing; what
+// a rank holds of the whole parameters during and between steps; and the gathered scope through
+// which checkpoints read and write the parameters.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "dist/data_parallel_util.h"
+#include "gradus/dist/fsdp.h"
+#include "gradus/nn/gpt.h"
+#include "gradus/optim/optim.h"
+#include "gradus/train/strategy.h"
+
+namespace gradus::testing {
+namespace {
+
+nn::GPTConfig tiny_gpt() {
+  nn::GPTConfig c;
+  c.vocab_size = 11;
+  c.block_size = 8;
+  c.n_layer = 3;
+  c.n_head = 2;
+  c.n_embd = 12;
+  return c;
+}
+
+std::shared_ptr<nn::GPT> build_gpt(uint64_t seed, int64_t checkpoint_every = 0) {
+  manual_seed(seed);
+  auto m = std::make_shared<nn::GPT>(tiny_gpt());
+  m->to(DType::f64);
+  m->checkpoint_every = checkpoint_every;
+  return m;
+}
+
+std::unique_ptr<optim::Optimizer> gpt_optimizer(const std::string& kind,
+                                                std::vector<Tensor> params) {
+  if (kind == "sgd") {
+    return std::make_unique<optim::SGD>(
+        params, optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3});
+  }
+  return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = 1e-2});
+}
+
+Tensor tokens(const Shape& shape, uint64_t seed) {
+  const double top = static_cast<double>(tiny_gpt().vocab_size) - 0.01;
+  return floor(random_tensor(shape, seed, 0, top)).to(DType::i64);
+}
+
+Tensor lm_loss(nn::Module& model, const Tensor& idx, const Tensor& targets) {
+  const Tensor logits = model(idx);
+  return cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+// Bytes of the model's whole parameters that hold memory now.
+uint64_t resident_parameter_bytes(nn::Module& model) {
+  std::set<const StorageImpl*> seen;
+  uint64_t bytes = 0;
+  for (const Tensor& p : model.parameters()) {
+    const Storage& s = p.impl()->storage();
+    if (s->is_resident() && seen.insert(s.get()).second) bytes += s->nbytes();
+  }
+  return bytes;
+}
+
+uint64_t bytes_of(const std::vector<Tensor>& tensors) {
+  uint64_t bytes = 0;
+  for (const Tensor& t : tensors) bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
+  return bytes;
+}
+
+class FullySharded
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string, int64_t>> {};
+
+// Three steps of two accumulated micro-batches per rank, the last two clipped, against one process
+// stepping on the whole batch.
+TEST_P(FullySharded, TrainsTheGPTAsOneProcess) {
+  const auto& [mode, opt_name, checkpoint_every] = GetParam();
+  const uint64_t seed = shared_seed();
+  const int size = dist::world_size(), rank = dist::rank();
+  const int64_t rows = 2, micro = 2, t = tiny_gpt().block_size;
+  auto model = build_gpt(seed + static_cast<uint64_t>(rank), checkpoint_every);  // rank 0's wins
+  auto strategy = train::make_strategy(mode);
+  strategy->setup(model, [&](std::vector<Tensor> p) { return gpt_optimizer(opt_name, p); });
+  auto ref = build_gpt(seed);
+  auto ref_opt = gpt_optimizer(opt_name, ref->parameters());
+  amp::GradScaler no_scaling({.enabled = false});
+  const int64_t global = rows * micro * size;
+  for (int64_t step = 0; step < 3; ++step) {
+    const Tensor idx = tokens({global, t}, seed + 10 + static_cast<uint64_t>(step));
+    const Tensor targets = tokens({global, t}, seed + 40 + static_cast<uint64_t>(step));
+    const double max_norm = step >= 1 ? 0.05 : 0.0;
+    strategy->optimizer().zero_grad();
+    for (int64_t m = 0; m < micro; ++m) {
+      const int64_t first = (rank * micro + m) * rows;
+      strategy->set_gradient_sync(m == micro - 1);
+      strategy->before_forward();
+      const Tensor loss = lm_loss(strategy->module(), idx.slice(0, first, first + rows),
+                                  targets.slice(0, first, first + rows));
+      mul(loss, 1.0 / static_cast<double>(micro)).backward();
+    }
+    strategy->step(no_scaling, max_norm);
+    ref_opt->zero_grad();
+    lm_loss(*ref, idx, targets).backward();
+    if (max_norm > 0) {
+      const double norm = optim::clip_grad_norm(ref->parameters(), max_norm).item();
+      EXPECT_GT(norm, max_norm) << "the clipping did not bite at step " << step;
+    }
+    ref_opt->step();
+  }
+  const train::FullParameters whole = strategy->full_parameters();
+  const double tol = opt_name == "sgd" ? 1e-11 : 1e-9;
+  EXPECT_LT(params_diff(*model, *ref), tol) << mode << " " << opt_name << " seed " << seed;
+  // The gathered optimizer state is the one-process optimizer's.
+  const optim::OptimizerState full = strategy->optimizer().state_dict();
+  const optim::OptimizerState expected = ref_opt->state_dict();
+  ASSERT_EQ(full.tensors.size(), expected.tensors.size());
+  for (const auto& [k, v] : expected.tensors) {
+    ASSERT_TRUE(full.tensors.count(k)) << k;
+    EXPECT_TRUE(all_close(full.tensors.at(k), v, 1e-8, 1e-12)) << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpt, FullySharded,
+                         ::testing::Combine(::testing::Values("zero2", "fsdp"),
+                                            ::testing::Values("sgd", "adamw"),
+                                            ::testing::Values(0, 2)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param) +
+                                  (std::get<2>(info.param) > 0 ? "_checkpointed" : "");
+                         });
+
+// Under fsdp a rank holds the whole parameters of the root (embeddings, final norm) and of at most
+// two blocks (the running one and the prefetched next) during forward, of none between steps; the
+// gathered scope holds them all, and what is written into it reaches the shards. (A world of one's
+// shard is the whole model, which it then holds throughout.)
+TEST(FullyShard, HoldsTheRunningBlockAndTheNextOnly) {
+  const uint64_t seed = shared_seed();
+  const int size = dist::world_size(), rank = dist::rank();
+  auto model = build_gpt(seed);
+  const uint64_t whole_bytes = bytes_of(model->parameters());
+  uint64_t root_bytes = whole_bytes,
+           block_bytes = bytes_of(model->h->at<nn::Module>(0)->parameters());
+  for (const auto& block : *model->h) root_bytes -= bytes_of(block->parameters());
+  auto strategy = train::make_strategy("fsdp");
+  strategy->setup(model, [](std::vector<Tensor> p) { return gpt_optimizer("adamw", p); });
+  const bool sharded = size > 1;
+  const uint64_t between_steps = sharded ? 0 : whole_bytes;
+  EXPECT_EQ(resident_parameter_bytes(*model), between_steps) << "after setup";
+  // (Each flat buffer pads to a multiple of the world size.)
+  const uint64_t padding = static_cast<uint64_t>(size) * 8;
+  std::vector<uint64_t> during;
+  for (const auto& block : *model->h) {
+    block->register_forward_pre_hook([&](nn::Module&, const std::vector<Tensor>&) {
+      during.push_back(resident_parameter_bytes(*model));
+      return std::optional<std::vector<Tensor>>();
+    });
+  }
+  amp::GradScaler no_scaling({.enabled = false});
+  for (int64_t step = 0; step < 2; ++step) {
+    const Tensor idx = tokens({2, 8}, seed + 7 + static_cast<uint64_t>(rank * 10 + step));
+    strategy->optimizer().zero_grad();
+    lm_loss(strategy->module(), idx, idx).backward();
+    strategy->step(no_scaling);
+    EXPECT_EQ(resident_parameter_bytes(*model), between_steps) << "between steps";
+  }
+  ASSERT_EQ(during.size(), 6u);  // 3 blocks, 2 steps
+  for (size_t i = 0; i < during.size(); ++i) {
+    if (!sharded) {
+      EXPECT_EQ(during[i], whole_bytes);
+      continue;
+    }
+    EXPECT_GE(during[i], root_bytes + block_bytes) << "block " << i % 3;
+    EXPECT_LE(during[i], root_bytes + 2 * block_bytes + 3 * padding) << "block " << i % 3;
+  }
+  if (sharded) {
+    EXPECT_LT(during.back(), whole_bytes) << "the last block runs with the others freed";
+  }
+  const train::MemoryFootprint held = strategy->memory_footprint();
+  EXPECT_LE(held.parameter_bytes, whole_bytes / static_cast<uint64_t>(size) + 4 * padding);
+
+  // A released parameter refuses to be read, naming why.
+  const Tensor block_weight = model->h->at<nn::Module>(2)->parameters()[0];
+  if (sharded) {
+    EXPECT_THROW(
+        {
+          try {
+            (void)sum(block_weight).item();
+          } catch (const ValueError& e) {
+            EXPECT_NE(std::string(e.what()).find("released"), std::string::npos) << e.what();
+            throw;
+          }
+        },
+        ValueError);
+  }
+
+  // Written while gathered (a checkpoint's load), kept in the shards.
+  auto other = build_gpt(seed + 1000);
+  {
+    const train::FullParameters whole = strategy->full_parameters();
+    EXPECT_GE(resident_parameter_bytes(*model), whole_bytes);
+    model->load_state_dict(other->state_dict());
+  }
+  EXPECT_EQ(resident_parameter_bytes(*model), between_steps);
+  const train::FullParameters whole = strategy->full_parameters();
+  EXPECT_LT(params_diff(*model, *other), 1e-15);
+}
+
+}  // namespace
+}  // namespace gradus::testing
