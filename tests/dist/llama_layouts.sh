@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Llama (grouped-query attention: 4 heads, 2 key/value heads) under the engine's layouts
-# against one process, on the same global batches: ddp, ps and zero1 on 2 ranks, pipelines of 2
+# against one process, on the same global batches: ddp, ps, zero1 and fsdp on 2 ranks (fsdp with
+# activation checkpointing on 3, and over 2 tensor-parallel replicas), pipelines of 2
 # stages (GPipe and 1F1B, with 2 micro-batches), 2 data x 2 pipeline ranks and activation
 # checkpointing (one process, and each stage of 2), 2 tensor-parallel ranks (each with 2 of the 4
 # query heads and 1 of the 2 key/value heads), zero1 over 2 tensor-parallel replicas and 2 tensor x
@@ -63,9 +64,11 @@ against() {
   done
 }
 extra="" against_file=$work/one.safetensors against_losses=$reference
-against "2 --dist ddp" "2 --dist ps" "2 --dist zero1" "2 --pp 2" \
+against "2 --dist ddp" "2 --dist ps" "2 --dist zero1" "2 --dist fsdp" \
+  "3 --dist fsdp --grad-checkpoint 1" "2 --pp 2" \
   "2 --pp 2 --micro-batches 2 --schedule 1f1b" "4 --pp 2 --dist ddp" "1 --grad-checkpoint 1" \
-  "2 --pp 2 --grad-checkpoint 1" "2 --tp 2" "4 --tp 2 --dist zero1" "4 --tp 2 --pp 2"
+  "2 --pp 2 --grad-checkpoint 1" "2 --tp 2" "4 --tp 2 --dist zero1" "4 --tp 2 --dist fsdp" \
+  "4 --tp 2 --pp 2"
 
 # A tied head (--tie-embeddings): under --tp the head is the vocabulary-split embedding's own rows,
 # under --pp the first and last stages hold one weight.
