@@ -121,8 +121,12 @@ void FullyShard::after_unit(size_t unit, const Tensor& output) {
     });
   }
   // The root stays gathered until its backward is done; a unit is freed (stage 3) after its
-  // forward when asked, and always when no backward follows.
-  if (unit != 0 && (options_.reshard_after_forward || !backward_follows)) sharded_.release(unit);
+  // forward when asked, and always when no backward follows, except the last unit of the forward:
+  // its backward comes next, and freeing it would only gather it again at once.
+  const bool last = !order_.empty() && unit == order_.back() && recording_.size() == order_.size();
+  if (unit != 0 && (!backward_follows || (options_.reshard_after_forward && !last))) {
+    sharded_.release(unit);
+  }
   if (unit == 0 && !backward_follows) sharded_.release(0);
 }
 

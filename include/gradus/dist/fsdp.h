@@ -6,7 +6,8 @@
 //
 //   forward:  the unit's pre-hook waits for its all-gather (stage 3) and starts the next unit's
 //             (prefetch); its forward hook frees the whole parameters again (stage 3,
-//             reshard_after_forward) and hooks the unit's output gradient.
+//             reshard_after_forward; not the forward's last unit, whose backward comes next) and
+//             hooks the unit's output gradient.
 //   backward: the output's gradient hook gathers the unit again before its backward runs
 //             (prefetching the unit before it) and gives its parameters a flat gradient; once
 //             every parameter of the unit has its gradient (post-accumulate hooks), the flat
