@@ -33,6 +33,7 @@
 #include "gradus/io/io.h"
 #include "gradus/nn/models.h"
 #include "gradus/optim/optim.h"
+#include "gradus/train/save_model.h"
 #include "gradus/train/strategy.h"
 #include "gradus/train/trainer.h"
 #include "profile_cmd.h"
@@ -483,7 +484,11 @@ int run_train_images(const TrainOptions& options) {
     result = task->last();
     check_finite_evaluation(result, o.epochs);
   }
-  if (!o.save.empty()) {
+  if (!o.save.empty() && !model_parallel) {
+    // Written from data rank 0 as the parameters are gathered (fsdp: a block at a time).
+    train::save_model(trainer.strategy(), o.save, {{"format", "pt"}, {"gradus.model", o.model}});
+    if (lead) std::fprintf(stderr, "gradus train: wrote the final weights to %s\n", o.save.c_str());
+  } else if (!o.save.empty()) {
     // The one-process model under its names: the layout's shards and stages gathered (a
     // collective; fsdp's whole parameters while `gathered` lives), loaded into the model one
     // process builds.
@@ -493,9 +498,8 @@ int run_train_images(const TrainOptions& options) {
     if (lead) {
       TrainOptions one_process = o;
       one_process.tp = 1;
-      std::shared_ptr<nn::Module> whole =
-          model_parallel ? build_image_model(one_process, {}) : model;
-      if (model_parallel) whole->load_state_dict(full);
+      std::shared_ptr<nn::Module> whole = build_image_model(one_process, {});
+      whole->load_state_dict(full);
       check_finite_parameters(*whole, "--save " + o.save);
       io::save_module(*whole, o.save, {{"format", "pt"}, {"gradus.model", o.model}});
       std::fprintf(stderr, "gradus train: wrote the final weights to %s\n", o.save.c_str());

@@ -23,6 +23,7 @@
 #include "gradus/dist/tensor_parallel_llama.h"
 #include "gradus/gradus.h"
 #include "gradus/io/io.h"
+#include "gradus/train/save_model.h"
 #include "gradus/train/strategy.h"
 #include "gradus/train/trainer.h"
 #include "language_model.h"
@@ -504,14 +505,24 @@ int run_train_lm(const TrainOptions& o) {
     val_loss = task->evaluate(whole_model).at("loss");
     whole_model.train();
   }
-  // --save / --save-hf: the one-process model (under --tp gathered from the ranks' slices, under
-  // --pp from the stages: a collective).
-  const bool saving = !run.save.empty() || !run.save_hf.empty();
-  // (Under --dist fsdp the whole parameters are gathered while this lives.)
+  // --save without tensor or pipeline parallelism: written from data rank 0 as the parameters
+  // are gathered (fsdp: a block at a time).
+  std::map<std::string, std::string> meta = spec.metadata();
+  meta["format"] = "pt";
+  if (codec) meta.merge(codec->metadata());
+  const bool streamed = !run.save.empty() && !tensor_parallel && run.pp == 1;
+  if (streamed) {
+    train::save_model(trainer.strategy(), run.save, meta);
+    if (lead) std::printf("saved %s\n", run.save.c_str());
+  }
+  // Otherwise, and --save-hf: the one-process model (under --tp gathered from the ranks' slices,
+  // under --pp from the stages: a collective; under fsdp its whole parameters while `gathered`
+  // lives).
+  const bool whole_needed = !run.save_hf.empty() || (!run.save.empty() && !streamed);
   const train::FullParameters gathered =
-      saving ? trainer.strategy().full_parameters() : train::FullParameters{};
+      whole_needed ? trainer.strategy().full_parameters() : train::FullParameters{};
   std::shared_ptr<nn::Module> whole = model;
-  if (saving && (tensor_parallel || run.pp > 1)) {
+  if (whole_needed && (tensor_parallel || run.pp > 1)) {
     const nn::StateDict full = train::full_model_state(
         trainer.model(), trainer.strategy().tensor_parallel(), trainer.strategy().pipeline());
     if (lead) {
@@ -519,11 +530,8 @@ int run_train_lm(const TrainOptions& o) {
       whole->load_state_dict(full);
     }
   }
-  if (saving && lead) check_finite_parameters(*whole, "--save " + run.save + run.save_hf);
-  if (!run.save.empty() && lead) {
-    std::map<std::string, std::string> meta = spec.metadata();
-    meta["format"] = "pt";
-    if (codec) meta.merge(codec->metadata());
+  if (whole_needed && lead) check_finite_parameters(*whole, "--save " + run.save + run.save_hf);
+  if (!run.save.empty() && !streamed && lead) {
     io::save_module(*whole, run.save, meta);
     std::printf("saved %s\n", run.save.c_str());
   }

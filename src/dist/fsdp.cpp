@@ -177,10 +177,23 @@ void FullyShard::gather_all() {
 }
 
 void FullyShard::release_all(bool adopt_writes) {
-  for (size_t u = 0; u < units_.params.size(); ++u) {
-    if (adopt_writes) sharded_.adopt_gathered(u);
-    sharded_.release(u);
-  }
+  for (size_t u = 0; u < units_.params.size(); ++u) release_unit(u, adopt_writes);
+}
+
+std::vector<Tensor> FullyShard::unit_parameters(size_t unit) const {
+  const std::vector<Tensor> params = sharded_.all_params();
+  std::vector<Tensor> mine;
+  for (size_t i : units_.params.at(unit)) mine.push_back(params[i]);
+  return mine;
+}
+
+void FullyShard::gather_unit(size_t unit) {
+  sharded_.wait_gathered(unit);
+}
+
+void FullyShard::release_unit(size_t unit, bool adopt_writes) {
+  if (adopt_writes) sharded_.adopt_gathered(unit);
+  sharded_.release(unit);
 }
 
 }  // namespace gradus::dist

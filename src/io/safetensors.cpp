@@ -501,9 +501,19 @@ std::map<std::string, Tensor> load_safetensors(const std::string& path) {
 }
 
 // ---------------------------------------------------------------------------------- writing
-void save_safetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+struct SafetensorsWriter::State {
+  std::string path;
+  std::vector<Entry> entries;
+  size_t next = 0;
+  uint64_t expected_size = 0;
+  std::unique_ptr<AtomicFile> file;
+};
+
+SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<Entry>& entries,
+                                     const std::map<std::string, std::string>& metadata)
+    : state_(std::make_unique<State>()) {
+  state_->path = path;
+  state_->entries = entries;
   auto check_utf8 = [&](const std::string& s, const char* what) {
     const auto* p = reinterpret_cast<const uint8_t*>(s.data());
     GRADUS_CHECK(utf8_error_offset(p, s.size()) == s.size(), IOError, path, ": ", what, " ",
@@ -522,17 +532,18 @@ void save_safetensors(const std::string& path,
   }
   std::unordered_set<std::string> seen;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    GRADUS_CHECK(t.defined(), IOError, path, ": tensor ", squote(name), " is undefined");
+  for (const Entry& entry : entries) {
+    const std::string& name = entry.name;
     GRADUS_CHECK(name != "__metadata__", IOError, path,
                  ": '__metadata__' is reserved and cannot name a tensor");
     GRADUS_CHECK(seen.insert(name).second, IOError, path, ": tensor name ", squote(name),
                  " appears twice");
     check_utf8(name, "tensor name");
-    const uint64_t nbytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+    const uint64_t nbytes =
+        static_cast<uint64_t>(shape_numel(entry.shape)) * dtype_size(entry.dtype);
     nlohmann::ordered_json e = nlohmann::ordered_json::object();
-    e["dtype"] = safetensors_dtype_code(t.dtype());
-    e["shape"] = t.sizes();
+    e["dtype"] = safetensors_dtype_code(entry.dtype);
+    e["shape"] = entry.shape;
     e["data_offsets"] = {offset, offset + nbytes};
     header[name] = std::move(e);
     offset += nbytes;
@@ -540,22 +551,58 @@ void save_safetensors(const std::string& path,
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // align the data section to 8 bytes
   const uint64_t n = text.size();
-
-  AtomicFile f(path);
+  state_->expected_size = 8 + n + offset;
+  state_->file = std::make_unique<AtomicFile>(path);
   uint8_t prefix[8];
   std::memcpy(prefix, &n, 8);
-  f.write(prefix, 8);
-  f.write(text.data(), text.size());
+  state_->file->write(prefix, 8);
+  state_->file->write(text.data(), text.size());
+}
+
+SafetensorsWriter::~SafetensorsWriter() = default;
+
+const std::string& SafetensorsWriter::next_name() const {
+  static const std::string none;
+  return state_->next < state_->entries.size() ? state_->entries[state_->next].name : none;
+}
+
+void SafetensorsWriter::write(const Tensor& t) {
+  State& s = *state_;
+  GRADUS_CHECK(s.next < s.entries.size(), IOError, s.path, ": all ", s.entries.size(),
+               " tensors are written already");
+  const Entry& entry = s.entries[s.next];
+  GRADUS_CHECK(t.defined(), IOError, s.path, ": tensor ", squote(entry.name), " is undefined");
+  GRADUS_CHECK(t.dtype() == entry.dtype && t.sizes() == entry.shape, IOError, s.path, ": tensor ",
+               squote(entry.name), " is ", dtype_name(t.dtype()), " ", shape_str(t.sizes()),
+               ", its header entry ", dtype_name(entry.dtype), " ", shape_str(entry.shape));
+  ++s.next;
+  if (t.numel() == 0) return;
   NoGradGuard no_grad;
+  // One tensor at a time on the host, so a model on the GPU never needs a second full copy.
+  Tensor host = t.detach().to(Device::cpu()).contiguous();
+  s.file->write(host.raw_data(), static_cast<size_t>(host.numel()) * host.element_size());
+}
+
+void SafetensorsWriter::commit() {
+  State& s = *state_;
+  GRADUS_CHECK(s.next == s.entries.size(), IOError, s.path, ": ", s.entries.size() - s.next, " of ",
+               s.entries.size(), " tensors were not written (next: ", squote(next_name()), ")");
+  GRADUS_CHECK(s.file->size() == s.expected_size, IOError, s.path, ": wrote ", s.file->size(),
+               " bytes, expected ", s.expected_size);
+  s.file->commit();
+}
+
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsWriter::Entry> entries;
   for (const auto& [name, t] : tensors) {
-    if (t.numel() == 0) continue;
-    // One tensor at a time on the host, so a model on the GPU never needs a second full copy.
-    Tensor host = t.detach().to(Device::cpu()).contiguous();
-    f.write(host.raw_data(), static_cast<size_t>(host.numel()) * host.element_size());
+    GRADUS_CHECK(t.defined(), IOError, path, ": tensor ", squote(name), " is undefined");
+    entries.push_back({name, t.dtype(), t.sizes()});
   }
-  GRADUS_CHECK(f.size() == 8 + n + offset, IOError, path, ": wrote ", f.size(), " bytes, expected ",
-               8 + n + offset);
-  f.commit();
+  SafetensorsWriter writer(path, entries, metadata);
+  for (const auto& [name, t] : tensors) writer.write(t);
+  writer.commit();
 }
 
 }  // namespace gradus::io

@@ -254,6 +254,20 @@ class ZeroStrategy final : public Strategy {
     fully_shard_->gather_all();
     return FullParameters([this] { fully_shard_->release_all(/*adopt_writes=*/true); });
   }
+  std::vector<std::vector<Tensor>> parameter_parts() const override {
+    if (Stage < 3) return Strategy::parameter_parts();
+    std::vector<std::vector<Tensor>> parts;
+    for (size_t u = 0; u < fully_shard_->num_units(); ++u) {
+      parts.push_back(fully_shard_->unit_parameters(u));
+    }
+    return parts;
+  }
+  FullParameters full_parameters(size_t part) override {
+    if (Stage < 3) return {};
+    fully_shard_->gather_unit(part);
+    return FullParameters(
+        [this, part] { fully_shard_->release_unit(part, /*adopt_writes=*/true); });
+  }
 
  protected:
   // The reduce-scattered gradient shard the local optimizer reads (besides the flat gradient

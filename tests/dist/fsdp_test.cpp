@@ -5,12 +5,16 @@
 // which checkpoints read and write the parameters.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <filesystem>
 #include <set>
 
 #include "dist/data_parallel_util.h"
 #include "gradus/dist/fsdp.h"
+#include "gradus/io/safetensors.h"
 #include "gradus/nn/gpt.h"
 #include "gradus/optim/optim.h"
+#include "gradus/train/save_model.h"
 #include "gradus/train/strategy.h"
 
 namespace gradus::testing {
@@ -205,6 +209,71 @@ TEST(FullyShard, HoldsTheRunningBlockAndTheNextOnly) {
   EXPECT_EQ(resident_parameter_bytes(*model), between_steps);
   const train::FullParameters whole = strategy->full_parameters();
   EXPECT_LT(params_diff(*model, *other), 1e-15);
+}
+
+// train::save_model under fsdp: the file holds the whole model under its state_dict names,
+// bitwise what the gathered parameters are, written while one part at a time was gathered (each
+// part's scope holds that part's whole parameters only); a non-finite weight stops it, naming the
+// tensor, with no file left; a path that cannot be created fails on every rank.
+TEST(FullyShard, SavesTheWholeModelOnePartAtATime) {
+  const uint64_t seed = shared_seed();
+  const int size = dist::world_size();
+  auto model = build_gpt(seed);
+  auto strategy = train::make_strategy("fsdp");
+  strategy->setup(model, [](std::vector<Tensor> p) { return gpt_optimizer("sgd", p); });
+  const std::vector<std::vector<Tensor>> parts = strategy->parameter_parts();
+  ASSERT_EQ(parts.size(), 1u + tiny_gpt().n_layer);  // the root, then each block
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const train::FullParameters part = strategy->full_parameters(k);
+    const uint64_t held = resident_parameter_bytes(*model);
+    if (size == 1) {
+      EXPECT_EQ(held, bytes_of(model->parameters())) << "part " << k;
+    } else {
+      EXPECT_GE(held, bytes_of(parts[k])) << "part " << k;
+      EXPECT_LE(held, bytes_of(parts[k]) + static_cast<uint64_t>(size) * 8) << "part " << k;
+    }
+  }
+  // (The seed is the same on every rank; only data rank 0 writes.)
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("gradus_fsdp_save_" + std::to_string(seed)))
+          .string();
+  if (dist::rank() == 0) std::filesystem::create_directories(dir);
+  const std::string path = dir + "/fsdp_model.safetensors";
+  train::save_model(*strategy, path, {{"format", "pt"}});
+  dist::default_group()->barrier()->wait();
+  const std::map<std::string, Tensor> file = io::load_safetensors(path);
+  {
+    const train::FullParameters whole = strategy->full_parameters();
+    const nn::StateDict state = model->state_dict();
+    ASSERT_EQ(file.size(), state.size());
+    for (const auto& [name, t] : state) {
+      ASSERT_TRUE(file.count(name)) << name;
+      EXPECT_TRUE(all_close(file.at(name), t.to(Device::cpu()), 0, 0)) << name;  // bitwise
+    }
+    // A diverged weight (written inside the gathered scope reaches the shards).
+    model->h->at<nn::Module>(1)->parameters()[0].detach().fill_(std::nan(""));
+  }
+  const std::string bad_path = dir + "/fsdp_nan.safetensors";
+  if (dist::rank() == 0) {
+    EXPECT_THROW(
+        {
+          try {
+            train::save_model(*strategy, bad_path);
+          } catch (const ValueError& e) {
+            EXPECT_NE(std::string(e.what()).find("transformer.h.1."), std::string::npos)
+                << e.what();
+            throw;
+          }
+        },
+        ValueError);
+    EXPECT_FALSE(std::filesystem::exists(bad_path));
+  } else {
+    train::save_model(*strategy, bad_path);  // (only data rank 0 writes and reports)
+  }
+  // A path data rank 0 cannot create fails on every rank, before any gather.
+  EXPECT_THROW(train::save_model(*strategy, dir + "/no/such/dir/model.safetensors"), IOError);
+  dist::default_group()->barrier()->wait();
+  if (dist::rank() == 0) std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -68,6 +68,11 @@ class FullyShard {
   // what was written into them meanwhile (a checkpoint's load).
   void gather_all();
   void release_all(bool adopt_writes);
+  // One unit at a time (unit 0 is the root): its parameters, and the same as above.
+  size_t num_units() const { return units_.params.size(); }
+  std::vector<Tensor> unit_parameters(size_t unit) const;
+  void gather_unit(size_t unit);
+  void release_unit(size_t unit, bool adopt_writes);
 
  private:
   void before_unit(size_t unit);

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,6 +68,37 @@ SafetensorsHeader read_safetensors_header(const std::string& path);
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+
+// Writes a safetensors file a tensor at a time: the header (every name, dtype and shape) first,
+// then each tensor's data in the header's order, so the tensors need not all exist at once (a
+// sharded model's whole weights, gathered a part at a time). commit() makes the file appear
+// atomically; without it (an exception on the way) nothing is written. save_safetensors is this
+// over tensors that all exist.
+class SafetensorsWriter {
+ public:
+  struct Entry {
+    std::string name;
+    DType dtype = DType::f32;
+    Shape shape;
+  };
+  // Validates the names (unique, UTF-8, not "__metadata__") and writes the header.
+  SafetensorsWriter(const std::string& path, const std::vector<Entry>& entries,
+                    const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+  // The next entry's data (any device and layout; IOError if its dtype or shape is not the
+  // entry's, or every entry is written already).
+  void write(const Tensor& t);
+  // The name of the entry write() expects next ("" when all are written).
+  const std::string& next_name() const;
+  // IOError unless every entry was written.
+  void commit();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // The safetensors dtype code ("F32", "BF16", "BOOL", ...) of a gradus dtype.
 const char* safetensors_dtype_code(DType dtype);

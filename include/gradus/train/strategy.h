@@ -137,6 +137,13 @@ class Strategy {
   // or writing them outside the training step needs (checkpoints, --save). Collective under
   // "fsdp"; nothing to do under the others.
   virtual FullParameters full_parameters() { return {}; }
+  // The model's parameters in the parts full_parameters(part) gathers one at a time (fsdp: its
+  // units, the root first; the others: one part of every parameter), so that what reads them all
+  // (train::save_model) never holds the whole model at once.
+  virtual std::vector<std::vector<Tensor>> parameter_parts() const {
+    return {model().parameters()};
+  }
+  virtual FullParameters full_parameters(size_t part) { return full_parameters(); }
   // How each replica is spread over ranks (what gradient clipping needs).
   dist::ModelParallel model_parallel() const;
   // Every rank that trains this model: the data ranks, and with tensor or pipeline parallelism
