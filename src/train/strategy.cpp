@@ -224,7 +224,7 @@ class ZeroStrategy final : public Strategy {
     dist::ShardUnits units;
     dist::ZeroOptions zero_options{.stage = Stage, .units = {}};
     if (Stage > 1) {
-      units = dist::plan_shard_units(*model_, params);
+      units = dist::plan_shard_units(*model_, params, options_.shard_units);
       zero_options.units = units.params;
     }
     auto zero = std::make_unique<dist::ZeroRedundancyOptimizer>(params, make, group_, zero_options);

@@ -211,6 +211,52 @@ TEST(FullyShard, HoldsTheRunningBlockAndTheNextOnly) {
   EXPECT_LT(params_diff(*model, *other), 1e-15);
 }
 
+// A user's own units (StrategyOptions::shard_units): an MLP whose first two Linears form one unit
+// and whose last is another trains under fsdp as one process does, and the plan puts each
+// parameter in its unit (the rest in the root).
+TEST(FullyShard, TrainsWithTheUnitsAUserChooses) {
+  const uint64_t seed = shared_seed();
+  const int size = dist::world_size(), rank = dist::rank();
+  auto make = [](uint64_t s) {
+    manual_seed(s);
+    auto first =
+        std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+            std::make_shared<nn::Linear>(6, 8), std::make_shared<nn::Tanh>(),
+            std::make_shared<nn::Linear>(8, 8)});
+    auto net = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+        first, std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(8, 3)});
+    net->to(DType::f64);
+    return net;
+  };
+  auto model = make(seed + static_cast<uint64_t>(rank));
+  nn::Module* first = model->named_children()[0].second.get();
+  nn::Module* last = model->named_children()[2].second.get();
+  const dist::ShardUnits plan = dist::plan_shard_units(*model, model->parameters(), {first, last});
+  ASSERT_EQ(plan.params.size(), 3u);
+  EXPECT_TRUE(plan.params[0].empty());   // the root holds nothing of its own
+  EXPECT_EQ(plan.params[1].size(), 4u);  // two Linears' weights and biases
+  EXPECT_EQ(plan.params[2].size(), 2u);
+  train::StrategyOptions options;
+  options.shard_units = {first, last};
+  auto strategy = train::make_strategy("fsdp", options);
+  strategy->setup(model, [](std::vector<Tensor> p) { return make_opt("adam", std::move(p)); });
+  EXPECT_EQ(strategy->parameter_parts().size(), 3u);
+  auto ref = make(seed);
+  auto ref_opt = make_opt("adam", ref->parameters());
+  amp::GradScaler no_scaling({.enabled = false});
+  for (int64_t step = 0; step < 3; ++step) {
+    const Batch batch = make_batch(seed + 30 + static_cast<uint64_t>(step), {4 * size, 6}, 3);
+    strategy->optimizer().zero_grad();
+    strategy->before_forward();
+    const Batch mine = shard(batch, rank, size);
+    cross_entropy(strategy->module()(mine.x), mine.y).backward();
+    strategy->step(no_scaling);
+    reference_step(*ref, *ref_opt, batch, size);
+  }
+  const train::FullParameters whole = strategy->full_parameters();
+  EXPECT_LT(params_diff(*model, *ref), 1e-10) << "seed " << seed;
+}
+
 // train::save_model under fsdp: the file holds the whole model under its state_dict names,
 // bitwise what the gathered parameters are, written while one part at a time was gathered (each
 // part's scope holds that part's whole parameters only); a non-finite weight stops it, naming the

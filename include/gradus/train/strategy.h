@@ -66,6 +66,10 @@ struct StrategyOptions {
   dist::DDPOptions ddp = {};  // bucket sizes and overlap ("ddp"; its group is the one above)
   // Prefetching ("zero2", "fsdp"; whether to free after forward is the strategy's stage).
   dist::FullyShardOptions fsdp = {};
+  // The modules whose parameters are gathered and reduced together ("zero2", "fsdp"; modules of
+  // the model given to setup). Empty: each block of the model's ModuleLists and Sequentials
+  // (dist::plan_shard_units).
+  std::vector<nn::Module*> shard_units = {};
   // The model when tensor parallelism splits it inside each data replica (e.g.
   // dist::TensorParallelGPT, the same object as the model given to setup, or a
   // dist::TensorParallelLayers view of it). Gradient clipping then sums the shards' squared norms
