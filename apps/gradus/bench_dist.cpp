@@ -141,14 +141,12 @@ int run_bench_dist(const BenchOptions& o) {
   const double received = static_cast<double>(after.bytes_received - before.bytes_received) / timed;
   const double wait_ms =
       ddp ? (ddp->stats().wait_seconds - ddp_before.wait_seconds) * 1e3 / timed : 0.0;
+  const dist::ZeroRedundancyOptimizer::Stats sharded_after =
+      sharded ? sharded->stats() : dist::ZeroRedundancyOptimizer::Stats{};
   const double gather_wait_ms =
-      sharded ? (sharded->stats().gather_wait_seconds - sharded_before.gather_wait_seconds) * 1e3 /
-                    timed
-              : 0.0;
+      (sharded_after.gather_wait_seconds - sharded_before.gather_wait_seconds) * 1e3 / timed;
   const double reduce_wait_ms =
-      sharded ? (sharded->stats().reduce_wait_seconds - sharded_before.reduce_wait_seconds) * 1e3 /
-                    timed
-              : 0.0;
+      (sharded_after.reduce_wait_seconds - sharded_before.reduce_wait_seconds) * 1e3 / timed;
   const double comm_ms =
       ddp ? time_all_reduce(*group, model->num_parameters(), device, o.warmup, o.steps) : 0.0;
   // What each rank holds between steps, then the most its tensors held during one more step.

@@ -108,11 +108,7 @@ void FullyShard::before_unit(size_t unit) {
 
 void FullyShard::after_unit(size_t unit, const Tensor& output) {
   const bool backward_follows = is_grad_enabled() && output.defined() && output.requires_grad();
-  if (unit == 0 && !in_backward_) {
-    order_ = recording_;
-    position_.clear();
-    for (size_t i = 0; i < order_.size(); ++i) position_[order_[i]] = i;
-  }
+  if (unit == 0 && !in_backward_) order_ = recording_;
   if (backward_follows) {
     const std::weak_ptr<bool> alive = alive_;
     output.register_hook([this, alive, unit](const Tensor&) {
@@ -146,8 +142,9 @@ void FullyShard::before_unit_backward(size_t unit) {
     if (!order_.empty()) prefetch(order_.back());
     return;
   }
-  auto at = position_.find(unit);
-  if (at != position_.end() && at->second > 0) prefetch(order_[at->second - 1]);
+  // The unit before it in the forward: its backward comes next.
+  auto at = std::find(order_.begin(), order_.end(), unit);
+  if (at != order_.end() && at != order_.begin()) prefetch(*(at - 1));
 }
 
 void FullyShard::on_gradient(size_t unit, const TensorImpl* param) {
@@ -156,7 +153,7 @@ void FullyShard::on_gradient(size_t unit, const TensorImpl* param) {
   if (arrived.size() < trainable_[unit]) return;
   arrived.clear();
   sharded_.reduce_gradients(unit);
-  if (unit != 0 || options_.reshard_after_forward) sharded_.release(unit);
+  sharded_.release(unit);  // (stage 3; nothing to free at stage 2)
 }
 
 void FullyShard::after_backward() {

@@ -60,6 +60,14 @@ std::vector<std::vector<size_t>> checked_units(std::vector<std::vector<size_t>> 
   return units;
 }
 
+// Waits for `work` (and drops it), adding the time it took to `seconds`.
+void wait_counted(WorkPtr& work, double& seconds) {
+  const WorkPtr taken = std::move(work);
+  const auto t0 = std::chrono::steady_clock::now();
+  taken->wait();
+  seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params,
@@ -76,7 +84,6 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params,
   const int64_t world = group_->size(), rank = group_->rank();
   // A world of one's shard is the whole model: the parameters stay whole (and are the shard).
   shards_parameters_ = options_.stage == 3 && world > 1;
-  const bool own_shards = shards_parameters_;
   NoGradGuard no_grad;
   std::vector<Tensor> shard_leaves;
   units_.resize(options_.units.size());
@@ -98,7 +105,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params,
                            view.dtype());
       }
       b->shard_param = b->params.as_strided_raw({per}, {1}, b->params.offset() + rank * per);
-      if (own_shards) {
+      if (shards_parameters_) {
         b->shard_param = b->shard_param.clone();
         b->params.impl()->storage()->release();
         b->gathered = false;
@@ -162,11 +169,7 @@ void ZeroRedundancyOptimizer::wait_gathered(size_t unit) {
   gather(unit);
   for (Buffer* b : units_.at(unit)) {
     if (!b->gathering) continue;
-    WorkPtr work = std::move(b->gathering);
-    const auto t0 = std::chrono::steady_clock::now();
-    work->wait();
-    stats_.gather_wait_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    wait_counted(b->gathering, stats_.gather_wait_seconds);
     b->gathered = true;
     if (b->stale) {
       b->params.bump_version();
@@ -199,17 +202,10 @@ void ZeroRedundancyOptimizer::adopt_gathered(size_t unit) {
 void ZeroRedundancyOptimizer::prepare_gradients(size_t unit) {
   if (options_.stage < 2) return;
   NoGradGuard no_grad;
-  const std::vector<Tensor>& params = groups_[0];
   for (Buffer* b : units_.at(unit)) {
     land_reduction(*b);  // (a previous backward's, when gradients accumulate over several)
-    if (b->grads.defined()) continue;
-    b->grads = detail::allocate_flat(b->plan);
-    for (size_t k = 0; k < b->plan.params.size(); ++k) {
-      const Tensor& p = params[b->plan.params[k]];
-      Tensor view = detail::flat_view(b->grads, b->plan.offsets[k], p.sizes());
-      if (p.grad().defined()) view.copy_(p.grad());  // (accumulated outside the hooks)
-      p.set_grad(view);
-    }
+    // (A gradient accumulated outside the hooks is copied in.)
+    if (!b->grads.defined()) collect_gradients(*b);
   }
 }
 
@@ -268,11 +264,7 @@ void ZeroRedundancyOptimizer::wait_reductions() {
 // the flat gradient with the parameters' .grad views of it.
 void ZeroRedundancyOptimizer::land_reduction(Buffer& b) {
   if (!b.reducing) return;
-  WorkPtr work = std::move(b.reducing);
-  const auto t0 = std::chrono::steady_clock::now();
-  work->wait();
-  stats_.reduce_wait_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  wait_counted(b.reducing, stats_.reduce_wait_seconds);
   b.shard_grad.add_(b.reduced);
   b.reduced = Tensor();
   const std::vector<Tensor>& params = groups_[0];

@@ -43,6 +43,26 @@ close_to() {  # close_to A B WHAT: every tensor within the bounds above
     END { exit bad }' "$work/compare.txt" || exit 1
 }
 
+run_np() {  # run_np NP ARGS...: one process (without mpirun) or NP ranks
+  local np=$1
+  shift
+  if [ "$np" = 1 ]; then "$gradus" "${common[@]}" "$@"; else launch "$np" "$@"; fi
+}
+stop_after_3() {  # stop_after_3 NP DIR ARGS...: checkpoints every 3 steps in DIR, stops after 3
+  local np=$1 dir=$2
+  shift 2
+  run_np "$np" "$@" --checkpoint-dir "$dir" --checkpoint-every 3 --stop-after-steps 3 \
+    >"$work/run.log" 2>&1 || fail "-np $np $* stop: $(tail -3 "$work/run.log")"
+}
+resumes_at_one() {  # resumes_at_one NP DIR WHAT ARGS...: from step 3 to the one-process weights
+  local np=$1 dir=$2 what=$3
+  shift 3
+  run_np "$np" "$@" --checkpoint-dir "$dir" --resume --save "$dir.safetensors" \
+    >"$work/run.log" 2>&1 || fail "$what: $(tail -3 "$work/run.log")"
+  grep -q "resuming from .* (step 3," "$work/run.log" || fail "$what did not resume from step 3"
+  close_to "$work/one.safetensors" "$dir.safetensors" "$what"
+}
+
 "$gradus" "${common[@]}" --save "$work/one.safetensors" >"$work/one.log" 2>&1 ||
   fail "one process: $(tail -3 "$work/one.log")"
 reference=$(losses "$work/one.log")
@@ -103,18 +123,10 @@ echo "gpt_strategies: with --grad-clip 0.01, --tp 2 under local, ddp, ps, zero1 
 # Checkpoints under --tp hold one process's model and optimizer state: 2 tensor ranks stopped
 # after step 3 resume on one process, and one process's checkpoint resumes as 2 data x 2 tensor
 # ranks; both end at the one-process weights.
-launch 2 --tp 2 --checkpoint-dir "$work/cktp" --checkpoint-every 3 --stop-after-steps 3 \
-  >"$work/run.log" 2>&1 || fail "--tp 2 stop: $(tail -3 "$work/run.log")"
-"$gradus" "${common[@]}" --checkpoint-dir "$work/cktp" --resume --save "$work/tp_then_one.safetensors" \
-  >"$work/run.log" 2>&1 || fail "--tp 2 -> one process: $(tail -3 "$work/run.log")"
-grep -q "resuming from .* (step 3," "$work/run.log" || fail "--tp 2 -> one process did not resume from step 3"
-close_to "$work/one.safetensors" "$work/tp_then_one.safetensors" "--tp 2 -> one process"
-"$gradus" "${common[@]}" --checkpoint-dir "$work/ckone" --checkpoint-every 3 --stop-after-steps 3 \
-  >"$work/run.log" 2>&1 || fail "one process stop: $(tail -3 "$work/run.log")"
-launch 4 --tp 2 --checkpoint-dir "$work/ckone" --resume --save "$work/one_then_tp.safetensors" \
-  >"$work/run.log" 2>&1 || fail "one process -> 2 data x 2 tensor: $(tail -3 "$work/run.log")"
-grep -q "resuming from .* (step 3," "$work/run.log" || fail "one process -> --tp 2 on 4 did not resume from step 3"
-close_to "$work/one.safetensors" "$work/one_then_tp.safetensors" "one process -> 2 data x 2 tensor"
+stop_after_3 2 "$work/cktp" --tp 2
+resumes_at_one 1 "$work/cktp" "--tp 2 -> one process"
+stop_after_3 1 "$work/ckone"
+resumes_at_one 4 "$work/ckone" "one process -> 2 data x 2 tensor" --tp 2
 echo "gpt_strategies: a --tp 2 checkpoint resumed on one process, and one process's as 2 data x 2 tensor ranks, end at the one-process weights"
 # What --tp does not do yet is refused on every rank, naming it.
 for refused in "--dropout 0.1:--dropout 0.1 is not supported with --tp" \
@@ -156,26 +168,14 @@ cmp -s "$work/drop_one.safetensors" "$work/one.safetensors" && fail "--dropout 0
 echo "gpt_strategies: --pp 2 with --dropout 0.1 ends at one process's weights with it"
 # A pipeline's checkpoint (one process's state, gathered from the stages) resumes on one process;
 # one process's as 2 data x 2 pipeline ranks.
-launch 2 --pp 2 --checkpoint-dir "$work/ckpp" --checkpoint-every 3 --stop-after-steps 3 \
-  >"$work/run.log" 2>&1 || fail "--pp 2 stop: $(tail -3 "$work/run.log")"
-"$gradus" "${common[@]}" --checkpoint-dir "$work/ckpp" --resume --save "$work/pp_then_one.safetensors" \
-  >"$work/run.log" 2>&1 || fail "--pp 2 -> one process: $(tail -3 "$work/run.log")"
-grep -q "resuming from .* (step 3," "$work/run.log" || fail "--pp 2 -> one process did not resume from step 3"
-close_to "$work/one.safetensors" "$work/pp_then_one.safetensors" "--pp 2 -> one process"
-"$gradus" "${common[@]}" --checkpoint-dir "$work/ckone2" --checkpoint-every 3 --stop-after-steps 3 \
-  >"$work/run.log" 2>&1 || fail "one process stop: $(tail -3 "$work/run.log")"
-launch 4 --pp 2 --checkpoint-dir "$work/ckone2" --resume --save "$work/one_then_pp.safetensors" \
-  >"$work/run.log" 2>&1 || fail "one process -> 2 data x 2 pipeline: $(tail -3 "$work/run.log")"
-grep -q "resuming from .* (step 3," "$work/run.log" || fail "one process -> --pp 2 on 4 did not resume from step 3"
-close_to "$work/one.safetensors" "$work/one_then_pp.safetensors" "one process -> 2 data x 2 pipeline"
+stop_after_3 2 "$work/ckpp" --pp 2
+resumes_at_one 1 "$work/ckpp" "--pp 2 -> one process"
+stop_after_3 1 "$work/ckone2"
+resumes_at_one 4 "$work/ckone2" "one process -> 2 data x 2 pipeline" --pp 2
 echo "gpt_strategies: a --pp 2 checkpoint resumed on one process, and one process's as 2 data x 2 pipeline ranks, end at the one-process weights"
 # 2 tensor x 2 pipeline ranks checkpointed, resumed on one process.
-launch 4 --tp 2 --pp 2 --checkpoint-dir "$work/cktppp" --checkpoint-every 3 --stop-after-steps 3 \
-  >"$work/run.log" 2>&1 || fail "--tp 2 --pp 2 stop: $(tail -3 "$work/run.log")"
-"$gradus" "${common[@]}" --checkpoint-dir "$work/cktppp" --resume --save "$work/tppp_then_one.safetensors" \
-  >"$work/run.log" 2>&1 || fail "--tp 2 --pp 2 -> one process: $(tail -3 "$work/run.log")"
-grep -q "resuming from .* (step 3," "$work/run.log" || fail "--tp 2 --pp 2 -> one process did not resume from step 3"
-close_to "$work/one.safetensors" "$work/tppp_then_one.safetensors" "--tp 2 --pp 2 -> one process"
+stop_after_3 4 "$work/cktppp" --tp 2 --pp 2
+resumes_at_one 1 "$work/cktppp" "--tp 2 --pp 2 -> one process"
 echo "gpt_strategies: a --tp 2 --pp 2 checkpoint resumed on one process ends at the one-process weights"
 launch 2 --pp 2 --cuda-graph >"$work/run.log" 2>&1 && fail "--pp 2 --cuda-graph was accepted"
 grep -q -- "--cuda-graph is not supported with --pp" "$work/run.log" || fail "--pp 2 --cuda-graph: $(tail -3 "$work/run.log")"
@@ -196,37 +196,19 @@ cmp -s "$work/one.safetensors" "$work/resumed.safetensors" ||
 echo "gpt_strategies: one process stopped after step 2 and resumed: bitwise the uninterrupted run"
 
 # A checkpoint written under ddp on 2 ranks resumes on one process, and under zero1 on 3.
-launch 2 --dist ddp --checkpoint-dir "$work/ck2" --checkpoint-every 3 --stop-after-steps 3 \
-  >"$work/stop2.log" 2>&1 || fail "ddp stop: $(tail -3 "$work/stop2.log")"
+stop_after_3 2 "$work/ck2" --dist ddp
 cp -r "$work/ck2" "$work/ck3"
-"$gradus" "${common[@]}" --checkpoint-dir "$work/ck2" --resume --save "$work/ddp_then_one.safetensors" \
-  >"$work/r1.log" 2>&1 || fail "ddp -> one process: $(tail -3 "$work/r1.log")"
-grep -q "resuming from .* (step 3," "$work/r1.log" || fail "ddp -> one process did not resume from step 3"
-close_to "$work/one.safetensors" "$work/ddp_then_one.safetensors" "ddp on 2 ranks -> one process"
-launch 3 --dist zero1 --checkpoint-dir "$work/ck3" --resume --save "$work/ddp_then_zero1.safetensors" \
-  >"$work/r3.log" 2>&1 || fail "ddp -> zero1: $(tail -3 "$work/r3.log")"
-grep -q "resuming from .* (step 3," "$work/r3.log" || fail "ddp -> zero1 did not resume from step 3"
-close_to "$work/one.safetensors" "$work/ddp_then_zero1.safetensors" "ddp on 2 ranks -> zero1 on 3"
+resumes_at_one 1 "$work/ck2" "ddp on 2 ranks -> one process"
+resumes_at_one 3 "$work/ck3" "ddp on 2 ranks -> zero1 on 3" --dist zero1
 echo "gpt_strategies: a ddp checkpoint resumed on one process and under zero1 on 3 ranks ends at the one-process weights"
 # An fsdp checkpoint (one process's state, gathered from the shards) written on 3 ranks resumes
 # on one process and under fsdp on 2 ranks; a zero1 one under fsdp.
-launch 3 --dist fsdp --checkpoint-dir "$work/ckf" --checkpoint-every 3 --stop-after-steps 3 \
-  >"$work/run.log" 2>&1 || fail "fsdp stop: $(tail -3 "$work/run.log")"
+stop_after_3 3 "$work/ckf" --dist fsdp
 cp -r "$work/ckf" "$work/ckf2"
-"$gradus" "${common[@]}" --checkpoint-dir "$work/ckf" --resume --save "$work/fsdp_then_one.safetensors" \
-  >"$work/run.log" 2>&1 || fail "fsdp -> one process: $(tail -3 "$work/run.log")"
-grep -q "resuming from .* (step 3," "$work/run.log" || fail "fsdp -> one process did not resume from step 3"
-close_to "$work/one.safetensors" "$work/fsdp_then_one.safetensors" "fsdp on 3 ranks -> one process"
-launch 2 --dist fsdp --checkpoint-dir "$work/ckf2" --resume --save "$work/fsdp3_then_fsdp2.safetensors" \
-  >"$work/run.log" 2>&1 || fail "fsdp 3 -> fsdp 2: $(tail -3 "$work/run.log")"
-grep -q "resuming from .* (step 3," "$work/run.log" || fail "fsdp 3 -> fsdp 2 did not resume from step 3"
-close_to "$work/one.safetensors" "$work/fsdp3_then_fsdp2.safetensors" "fsdp on 3 ranks -> fsdp on 2"
-launch 2 --dist zero1 --checkpoint-dir "$work/ckz" --checkpoint-every 3 --stop-after-steps 3 \
-  >"$work/run.log" 2>&1 || fail "zero1 stop: $(tail -3 "$work/run.log")"
-launch 3 --dist fsdp --checkpoint-dir "$work/ckz" --resume --save "$work/zero1_then_fsdp.safetensors" \
-  >"$work/run.log" 2>&1 || fail "zero1 -> fsdp: $(tail -3 "$work/run.log")"
-grep -q "resuming from .* (step 3," "$work/run.log" || fail "zero1 -> fsdp did not resume from step 3"
-close_to "$work/one.safetensors" "$work/zero1_then_fsdp.safetensors" "zero1 on 2 ranks -> fsdp on 3"
+resumes_at_one 1 "$work/ckf" "fsdp on 3 ranks -> one process"
+resumes_at_one 2 "$work/ckf2" "fsdp on 3 ranks -> fsdp on 2" --dist fsdp
+stop_after_3 2 "$work/ckz" --dist zero1
+resumes_at_one 3 "$work/ckz" "zero1 on 2 ranks -> fsdp on 3" --dist fsdp
 echo "gpt_strategies: fsdp checkpoints resume on one process and under fsdp at another world size, zero1's under fsdp"
 # Under --amp bf16 each rank's matrix products round in bf16 on its own rows, so no layout ends
 # at one process's weights to 1e-4 (ddp on 2 ranks is 1e-2 away); fsdp computes what ddp computes

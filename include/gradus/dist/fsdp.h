@@ -28,7 +28,6 @@
 
 #include <cstddef>
 #include <memory>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -92,7 +91,6 @@ class FullyShard {
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   // The units in the order the last complete forward ran them, and the one running now.
   std::vector<size_t> order_, recording_;
-  std::unordered_map<size_t, size_t> position_;  // unit -> index in order_
   bool in_backward_ = false;
   std::vector<size_t> trainable_;  // per unit: how many parameters get a gradient
   std::vector<std::unordered_set<const TensorImpl*>> arrived_;  // per unit, this backward
