@@ -74,6 +74,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;   // steps between checkpoints (0: only at the end of each epoch)
   int keep_checkpoints = 3;       // newest complete checkpoints kept (0: all)
   bool async_checkpoint = false;  // write checkpoints on a background thread
+  std::string checkpoint_format = "auto";  // auto, sharded or consolidated
   bool resume = false;            // continue from the newest good checkpoint in checkpoint_dir
   bool resume_or_start = false;   // resume; when every checkpoint is damaged, start at step 0
   std::string save;               // final weights as safetensors (PyTorch state_dict names)

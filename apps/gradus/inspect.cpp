@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "gradus/core/dtype.h"
 #include "gradus/core/shape.h"
 #include "gradus/io/checkpoint.h"
+#include "gradus/io/checkpoint_set.h"
 #include "gradus/io/safetensors.h"
 #include "gradus/ops.h"
 
@@ -35,8 +37,21 @@ int64_t count_nonfinite(const Tensor& t) {
 
 // --compare: the relative difference ||a - b|| / ||a|| (float64, 2-norms) of every tensor, the
 // largest last ("max_relative_difference=<value>", or one JSON object).
+// The tensors of a file; of a sharded checkpoint set's index, the set's whole tensors under their
+// names in a one-file checkpoint.
+io::SafetensorsFile read_tensors(const std::string& path) {
+  io::SafetensorsFile f = io::read_safetensors(path);
+  if (!io::checkpoint_set_info(path, f.metadata)) return f;
+  const io::TrainingState s = io::load_checkpoint(path);
+  f.tensors.clear();
+  for (const auto& [name, t] : s.model) f.tensors.emplace_back("model." + name, t);
+  for (const auto& [name, t] : s.optimizer.tensors) f.tensors.emplace_back("optim." + name, t);
+  for (const auto& [name, t] : s.extra_tensors) f.tensors.emplace_back("extra." + name, t);
+  return f;
+}
+
 int run_compare(const InspectOptions& o) {
-  const io::SafetensorsFile a = io::read_safetensors(o.path), b = io::read_safetensors(o.compare);
+  const io::SafetensorsFile a = read_tensors(o.path), b = read_tensors(o.compare);
   GRADUS_CHECK(a.tensors.size() == b.tensors.size(), ValueError, "inspect --compare: ", o.path,
                " holds ", a.tensors.size(), " tensors, ", o.compare, " ", b.tensors.size());
   nlohmann::ordered_json per_tensor = nlohmann::ordered_json::object();
@@ -90,6 +105,8 @@ int run_inspect(const InspectOptions& o) {
   const std::vector<std::string> problems =
       checkpoint ? io::verify_checkpoint(o.path) : std::vector<std::string>{};
   const bool has_checksums = h.metadata.count("checksums") > 0;
+  const std::optional<io::CheckpointSetInfo> set =
+      checkpoint ? io::checkpoint_set_info(o.path, h.metadata) : std::nullopt;
 
   if (o.json) {
     nlohmann::ordered_json j;
@@ -109,6 +126,14 @@ int run_inspect(const InspectOptions& o) {
       j["tensors"].push_back(t);
     }
     j["metadata"] = h.metadata;
+    if (set) {
+      j["shards"] = set->world;
+      j["sharded_tensors"] = nlohmann::ordered_json::array();
+      for (const io::ShardedTensor& t : set->tensors) {
+        j["sharded_tensors"].push_back(
+            {{"name", t.name}, {"dtype", io::safetensors_dtype_code(t.dtype)}, {"shape", t.shape}});
+      }
+    }
     if (checkpoint) {
       j["verified"] = problems.empty();
       j["problems"] = problems;
@@ -125,8 +150,18 @@ int run_inspect(const InspectOptions& o) {
                 meta("step").c_str(), meta("batch_index").c_str(), meta("epoch").c_str(),
                 meta("optim.type").empty() ? "none" : meta("optim.type").c_str());
   }
+  if (set) {
+    std::printf(
+        "sharded checkpoint set of %d shard(s) (%s ...): %zu tensors in the shards, %zu in "
+        "this index\n",
+        set->world, io::checkpoint_shard_filename(std::stoll(meta("step")), 0, set->world).c_str(),
+        set->tensors.size(), h.entries.size());
+  }
   size_t width = 4;
   for (const io::SafetensorsEntry& e : h.entries) width = std::max(width, e.name.size());
+  if (set) {
+    for (const io::ShardedTensor& t : set->tensors) width = std::max(width, t.name.size());
+  }
   std::printf("%-*s  %-5s  %-20s  %12s%s\n", static_cast<int>(width), "name", "dtype", "shape",
               "bytes", o.values ? "  nonfinite" : "");
   for (size_t i = 0; i < h.entries.size(); ++i) {
@@ -137,6 +172,12 @@ int run_inspect(const InspectOptions& o) {
                 io::safetensors_dtype_code(e.dtype), shape_str(e.shape).c_str(),
                 static_cast<unsigned long long>(e.end - e.begin), extra.c_str());
   }
+  if (set) {
+    for (const io::ShardedTensor& t : set->tensors) {
+      std::printf("%-*s  %-5s  %-20s  %12s\n", static_cast<int>(width), t.name.c_str(),
+                  io::safetensors_dtype_code(t.dtype), shape_str(t.shape).c_str(), "(sharded)");
+    }
+  }
   if (!h.metadata.empty()) {
     std::printf("metadata:\n");
     for (const auto& [k, v] : h.metadata) std::printf("  %s: %s\n", k.c_str(), shorten(v).c_str());
@@ -144,8 +185,10 @@ int run_inspect(const InspectOptions& o) {
   if (checkpoint) {
     if (problems.empty()) {
       std::printf("verified: %s, every value finite\n",
-                  has_checksums ? "every tensor's and the metadata's CRC-32 match"
-                                : "no checksums (format 1)");
+                  set             ? "every shard's and the index's CRC-32s match, the shards hold "
+                                    "every element of every sharded tensor once"
+                  : has_checksums ? "every tensor's and the metadata's CRC-32 match"
+                                  : "no checksums (format 1)");
     } else {
       std::fprintf(stderr, "%s: DAMAGED checkpoint, do not resume from it:\n", o.path.c_str());
       for (const std::string& p : problems) std::fprintf(stderr, "  %s\n", p.c_str());

@@ -341,6 +341,13 @@ void add_train(CLI::App& app, TrainOptions& o) {
               "Write each checkpoint on a background thread while training continues (the state "
               "is copied to host memory first; the next checkpoint waits for the previous)")
       ->needs(dir);
+  c->add_option("--checkpoint-format", o.checkpoint_format,
+                "sharded: each rank writes its own shard of the parameters and optimizer state "
+                "plus an index (no rank gathers the model); consolidated: one file of one "
+                "process's state; auto: sharded under --dist zero1|zero2|fsdp without --tp/--pp")
+      ->check(CLI::IsMember({"auto", "sharded", "consolidated"}))
+      ->capture_default_str()
+      ->needs(dir);
   c->add_flag("--resume", o.resume,
               "Continue from the newest good checkpoint in --checkpoint-dir (checksums verified; "
               "damaged newer ones are skipped; from scratch when there is none, an error when "

@@ -157,6 +157,7 @@ int run_train_images(const TrainOptions& options) {
                          "checkpoint-every",
                          "keep-checkpoints",
                          "async-checkpoint",
+                         "checkpoint-format",
                          "resume",
                          "resume-or-start",
                          "save",

@@ -10,6 +10,7 @@
 #include "gradus/train/checkpoints.h"
 #include "gradus/train/deferred_losses.h"
 #include "gradus/train/step_graph.h"
+#include "gradus/train/strategy.h"
 #include "gradus/train/trainer.h"
 #include "run_state.h"
 
@@ -25,13 +26,27 @@ using train::StartPoint;
 using train::StepGraph;
 using train::StepLoss;
 
+// --checkpoint-format: whether the run writes sharded checkpoint sets. auto: where the strategy
+// shards the optimizer state (zero1, zero2, fsdp) and no --tp/--pp splits the model.
+inline bool sharded_checkpoints(const TrainOptions& o) {
+  const bool can = !o.dist.empty() &&
+                   train::make_strategy(o.dist)->caps().sharded_optimizer_state && o.tp == 1 &&
+                   o.pp == 1;
+  GRADUS_CHECK(o.checkpoint_format != "sharded" || can, ValueError,
+               "train: --checkpoint-format sharded needs --dist zero1, zero2 or fsdp without "
+               "--tp/--pp (this run: --dist ",
+               o.dist.empty() ? "(none)" : o.dist, ", --tp ", o.tp, ", --pp ", o.pp, ")");
+  return o.checkpoint_format == "sharded" || (o.checkpoint_format == "auto" && can);
+}
+
 inline train::CheckpointOptions checkpoint_options(const TrainOptions& o) {
   return {.dir = o.checkpoint_dir,
           .keep = o.keep_checkpoints,
           .resume = o.resume,
           .resume_or_start = o.resume_or_start,
           .who = "gradus train",
-          .async = o.async_checkpoint};
+          .async = o.async_checkpoint,
+          .sharded = sharded_checkpoints(o)};
 }
 
 // What the run's checkpoints cost it (the lead rank's line, on stderr): how many were written,

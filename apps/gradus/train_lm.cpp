@@ -149,10 +149,10 @@ int run_train_lm(const TrainOptions& o) {
        // the language model shows no progress bar: --no-progress asks for what it does
        "no-progress", "dropout", "amp", "profile", "profile-steps", "cuda-graph", "read-loss-every",
        "save", "dist", "dist-timeout", "checkpoint-dir", "checkpoint-every", "keep-checkpoints",
-       "async-checkpoint", "resume", "resume-or-start", "stop-after-steps", "freeze", "init-from",
-       "memory-limit", "deterministic", "detect-anomaly", "optimizer", "scheduler", "tp", "pp",
-       "micro-batches", "schedule", "grad-accum", "kv-heads", "ffn-width", "rope-theta", "save-hf",
-       "tokenizer", "grad-checkpoint", "tie-embeddings", "token-dtype"});
+       "async-checkpoint", "checkpoint-format", "resume", "resume-or-start", "stop-after-steps",
+       "freeze", "init-from", "memory-limit", "deterministic", "detect-anomaly", "optimizer",
+       "scheduler", "tp", "pp", "micro-batches", "schedule", "grad-accum", "kv-heads", "ffn-width",
+       "rope-theta", "save-hf", "tokenizer", "grad-checkpoint", "tie-embeddings", "token-dtype"});
   const std::string lm = "--model " + o.model;
   GRADUS_CHECK(!o.given.count("optimizer") || o.optimizer == "adamw", ValueError, "train: ", lm,
                " trains with AdamW (nanoGPT's parameter groups); --optimizer ", o.optimizer,

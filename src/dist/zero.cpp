@@ -422,6 +422,45 @@ optim::OptimizerState ZeroRedundancyOptimizer::state_dict() const {
   return full;
 }
 
+ZeroRedundancyOptimizer::ShardedState ZeroRedundancyOptimizer::sharded_state() const {
+  NoGradGuard no_grad;
+  const optim::OptimizerState local = local_->state_dict();
+  const std::vector<Tensor>& params = groups_[0];
+  ShardedState out;
+  out.scalars.type = local.type;
+  for (const auto& [k, v] : local.scalars) {
+    if (k.starts_with("param_groups.")) out.scalars.scalars[k] = v;
+  }
+  out.scalars.scalars["param_groups.0.num_params"] = static_cast<double>(params.size());
+  out.state_dtypes.resize(params.size());
+  for (size_t b = 0; b < buffers_.size(); ++b) {
+    const Buffer& buf = *buffers_[b];
+    const std::string prefix = "state." + std::to_string(b) + ".";
+    auto step = local.scalars.find(prefix + "step");
+    for (size_t j = 0; j < buf.plan.params.size(); ++j) {
+      const size_t i = buf.plan.params[j];
+      if (step != local.scalars.end()) {
+        out.scalars.scalars["state." + std::to_string(i) + ".step"] = step->second;
+      }
+      for (const auto& [k, t] : local.tensors) {
+        if (k.starts_with(prefix)) out.state_dtypes[i][k.substr(prefix.size())] = t.dtype();
+      }
+      // The parameter's elements in the flat buffer, cut to this rank's shard.
+      const int64_t first = buf.plan.offsets[j], last = first + params[i].numel();
+      const int64_t lo = std::max(first, buf.shard.begin), hi = std::min(last, buf.shard.end);
+      if (lo >= hi) continue;
+      OwnedSlice slice{i, lo - first, hi - first, {}, {}};
+      const int64_t at = lo - buf.shard.begin, until = hi - buf.shard.begin;
+      slice.values = buf.shard_param.detach().slice(0, at, until);
+      for (const auto& [k, t] : local.tensors) {
+        if (k.starts_with(prefix)) slice.state[k.substr(prefix.size())] = t.slice(0, at, until);
+      }
+      out.slices.push_back(std::move(slice));
+    }
+  }
+  return out;
+}
+
 void ZeroRedundancyOptimizer::load_state_dict(const optim::OptimizerState& full) {
   NoGradGuard no_grad;
   const std::vector<Tensor>& params = groups_[0];

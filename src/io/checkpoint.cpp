@@ -16,19 +16,107 @@
 
 #include "gradus/io/atomic_file.h"
 #include "gradus/io/safetensors.h"
+#include "io/checkpoint_format.h"
 
 namespace gradus::io {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+namespace ckpt {
+
+uint32_t tensor_crc32(const Tensor& t) {
+  const Tensor c = t.to(Device::cpu()).contiguous();
+  const size_t bytes = static_cast<size_t>(c.numel()) * c.element_size();
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  if (bytes > 0) crc = crc32_z(crc, static_cast<const Bytef*>(c.raw_data()), bytes);
+  return static_cast<uint32_t>(crc);
+}
+
+namespace {
+uint32_t metadata_crc32(const std::map<std::string, std::string>& meta) {
+  std::map<std::string, std::string> covered = meta;
+  covered.erase(kMetadataCrcKey);
+  const std::string text = json(covered).dump();
+  return static_cast<uint32_t>(
+      crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), text.size()));
+}
+}  // namespace
+
+void seal_metadata(std::map<std::string, std::string>& meta,
+                   const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  json sums = json::object();
+  for (const auto& [name, t] : tensors) sums[name] = tensor_crc32(t);
+  meta[kChecksumsKey] = sums.dump();
+  meta[kMetadataCrcKey] = std::to_string(metadata_crc32(meta));
+}
+
+std::vector<std::string> integrity_problems(const SafetensorsFile& f, bool sealed) {
+  std::vector<std::string> problems;
+  if (sealed) {
+    auto crc = f.metadata.find(kMetadataCrcKey);
+    uint32_t stored = 0;
+    const char* end = crc == f.metadata.end() ? nullptr : crc->second.data() + crc->second.size();
+    if (crc == f.metadata.end() || std::from_chars(crc->second.data(), end, stored).ptr != end ||
+        crc->second.empty()) {
+      problems.push_back("metadata '" + std::string(kMetadataCrcKey) + "' is missing or invalid");
+    } else if (stored != metadata_crc32(f.metadata)) {
+      problems.push_back(
+          "the metadata (step, data position, RNG, optimizer scalars, scheduler, config) is "
+          "damaged: its CRC-32 does not match");
+    }
+    json sums;
+    auto text = f.metadata.find(kChecksumsKey);
+    try {
+      if (text == f.metadata.end()) throw std::runtime_error("no 'checksums' entry");
+      sums = json::parse(text->second);
+    } catch (const std::exception& e) {
+      problems.push_back(std::string("metadata 'checksums' is unreadable: ") + e.what());
+      return problems;
+    }
+    for (const auto& [name, t] : f.tensors) {
+      if (!sums.contains(name) || !sums[name].is_number_unsigned()) {
+        problems.push_back("tensor '" + name + "' has no checksum");
+      } else if (sums[name].get<uint64_t>() != tensor_crc32(t)) {
+        problems.push_back("tensor '" + name + "' is damaged: its CRC-32 does not match");
+      }
+    }
+  }
+  for (const auto& [name, t] : f.tensors) {
+    const int64_t bad = count_nonfinite(t);
+    if (bad > 0) {
+      problems.push_back("tensor '" + name + "' holds " + std::to_string(bad) +
+                         " non-finite value(s)");
+    }
+  }
+  return problems;
+}
+
+void refuse_nonfinite(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t step) {
+  for (const auto& [name, t] : tensors) {
+    const int64_t bad = count_nonfinite(t);
+    GRADUS_CHECK(bad == 0, ValueError, "checkpoint: tensor '", name, "' holds ", bad,
+                 " non-finite value(s) at step ", step,
+                 "; the checkpoint was not written (training diverged: lower the learning rate)");
+  }
+}
+
+std::string join_problems(const std::vector<std::string>& problems) {
+  std::string out;
+  for (size_t i = 0; i < problems.size() && i < 6; ++i) out += (i ? "; " : "") + problems[i];
+  if (problems.size() > 6) out += "; and " + std::to_string(problems.size() - 6) + " more";
+  return out;
+}
+
+}  // namespace ckpt
+
 namespace {
 
 constexpr const char* kFormat = "gradus.checkpoint";
-// 2: CRC-32 of every tensor ("checksums") and of the metadata ("metadata_crc32").
-constexpr int kFormatVersion = 2;
-constexpr const char* kChecksumsKey = "checksums";
-constexpr const char* kMetadataCrcKey = "metadata_crc32";
+// 2: CRC-32 of every tensor ("checksums") and of the metadata ("metadata_crc32"); what a
+// single-file checkpoint is written as. 3: the index of a set (checkpoint_set.h).
+constexpr int kFileFormatVersion = 2;
+constexpr int kReadableVersion = ckpt::kSetFormatVersion;
 constexpr const char* kModelPrefix = "model.";
 constexpr const char* kOptimPrefix = "optim.";
 constexpr const char* kExtraPrefix = "extra.";
@@ -122,9 +210,9 @@ void check_format(const std::map<std::string, std::string>& meta, const std::str
                it == meta.end() ? std::string("missing") : "'" + it->second + "'", ", expected '",
                kFormat, "')");
   const int64_t version = required_int(meta, "format_version", file);
-  GRADUS_CHECK(version >= 1 && version <= kFormatVersion, IOError, file,
+  GRADUS_CHECK(version >= 1 && version <= kReadableVersion, IOError, file,
                ": checkpoint format_version ", version, " is not supported by this gradus (reads ",
-               "1..", kFormatVersion, "; written by a newer version?)");
+               "1..", kReadableVersion, "; written by a newer version?)");
 }
 
 // Fills every non-tensor field of `s` from the metadata (throws IOError naming what is wrong).
@@ -160,24 +248,6 @@ void read_checkpoint_metadata(const std::map<std::string, std::string>& meta,
   }
 }
 
-// zlib's CRC-32 of a tensor's bytes (contiguous, little-endian, as written to the file).
-uint32_t tensor_crc32(const Tensor& t) {
-  const Tensor c = t.to(Device::cpu()).contiguous();
-  const size_t bytes = static_cast<size_t>(c.numel()) * c.element_size();
-  uLong crc = crc32_z(0L, Z_NULL, 0);
-  if (bytes > 0) crc = crc32_z(crc, static_cast<const Bytef*>(c.raw_data()), bytes);
-  return static_cast<uint32_t>(crc);
-}
-
-// CRC-32 of every metadata entry but the metadata checksum itself, in key order.
-uint32_t metadata_crc32(const std::map<std::string, std::string>& meta) {
-  std::map<std::string, std::string> covered = meta;
-  covered.erase(kMetadataCrcKey);
-  const std::string text = json(covered).dump();
-  return static_cast<uint32_t>(
-      crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), text.size()));
-}
-
 // Elements with an all-ones exponent (inf or NaN). Not an op: checkpoints are also written from
 // forked or signal-interrupted processes where an OpenMP parallel region could deadlock.
 template <typename Bits>
@@ -200,57 +270,20 @@ std::vector<std::string> content_problems(const SafetensorsFile& f, const std::s
     return problems;
   }
   const int64_t version = required_int(f.metadata, "format_version", path);
-  if (version >= 2) {
-    auto crc = f.metadata.find(kMetadataCrcKey);
-    uint32_t stored = 0;
-    if (crc == f.metadata.end() || !parse_int(crc->second, stored)) {
-      problems.push_back("metadata '" + std::string(kMetadataCrcKey) + "' is missing or invalid");
-    } else if (stored != metadata_crc32(f.metadata)) {
-      problems.push_back(
-          "the metadata (step, data position, RNG, optimizer scalars, scheduler, config) is "
-          "damaged: its CRC-32 does not match");
-    }
-    json sums;
-    try {
-      sums = json::parse(required(f.metadata, kChecksumsKey, path));
-    } catch (const std::exception& e) {
-      problems.push_back(std::string("metadata 'checksums' is unreadable: ") + e.what());
-      return problems;
-    }
-    for (const auto& [name, t] : f.tensors) {
-      if (!sums.contains(name) || !sums[name].is_number_unsigned()) {
-        problems.push_back("tensor '" + name + "' has no checksum");
-      } else if (sums[name].get<uint64_t>() != tensor_crc32(t)) {
-        problems.push_back("tensor '" + name + "' is damaged: its CRC-32 does not match");
-      }
-    }
-  }
-  for (const auto& [name, t] : f.tensors) {
-    const int64_t bad = count_nonfinite(t);
-    if (bad > 0) {
-      problems.push_back("tensor '" + name + "' holds " + std::to_string(bad) +
-                         " non-finite value(s)");
-    }
-  }
+  for (std::string& p : ckpt::integrity_problems(f, version >= 2)) problems.push_back(p);
   return problems;
 }
 
-std::string join_problems(const std::vector<std::string>& problems) {
-  std::string out;
-  for (size_t i = 0; i < problems.size() && i < 6; ++i) out += (i ? "; " : "") + problems[i];
-  if (problems.size() > 6) out += "; and " + std::to_string(problems.size() - 6) + " more";
-  return out;
-}
-
-// Whether `path` is a gradus checkpoint whose header validates against its file size. The header
-// names every tensor's byte range and must account for the exact file size, so a truncated or
-// partially copied file fails here without its data being read.
+// Whether `path` is a gradus checkpoint whose header validates against its file size (and, for a
+// set's index, so do its shards' headers). The header names every tensor's byte range and must
+// account for the exact file size, so a truncated or partially copied file fails here without
+// its data being read.
 bool is_complete_checkpoint(const std::string& path) {
   try {
     SafetensorsHeader h = read_safetensors_header(path);
     TrainingState scratch;
     read_checkpoint_metadata(h.metadata, path, scratch);
-    return true;
+    return !ckpt::is_set_index(h.metadata) || ckpt::set_header_problems(path, h.metadata).empty();
   } catch (const Error&) {
     return false;
   }
@@ -297,6 +330,12 @@ void restore_training_state(const TrainingState& state, nn::Module& model,
 
 std::string save_checkpoint(const std::string& dir, int64_t step, const TrainingState& state,
                             int keep_last_k) {
+  return ckpt::write_checkpoint(dir, step, state, {}, kFileFormatVersion, keep_last_k);
+}
+
+std::string ckpt::write_checkpoint(const std::string& dir, int64_t step, const TrainingState& state,
+                                   const std::map<std::string, std::string>& extra, int version,
+                                   int keep_last_k) {
   const std::string name = checkpoint_filename(step);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -309,18 +348,11 @@ std::string save_checkpoint(const std::string& dir, int64_t step, const Training
   for (const auto& [k, t] : state.optimizer.tensors) tensors.emplace_back(kOptimPrefix + k, t);
   for (const auto& [k, t] : state.extra_tensors) tensors.emplace_back(kExtraPrefix + k, t);
 
-  // Never write what cannot be resumed from: a weight or optimizer moment that overflowed would
-  // make every resume fail at the same step (or train on garbage).
-  for (const auto& [name, t] : tensors) {
-    const int64_t bad = count_nonfinite(t);
-    GRADUS_CHECK(bad == 0, ValueError, "checkpoint: tensor '", name, "' holds ", bad,
-                 " non-finite value(s) at step ", step,
-                 "; the checkpoint was not written (training diverged: lower the learning rate)");
-  }
+  ckpt::refuse_nonfinite(tensors, step);
 
   std::map<std::string, std::string> meta;
   meta["format"] = kFormat;
-  meta["format_version"] = std::to_string(kFormatVersion);
+  meta["format_version"] = std::to_string(version);
   meta["step"] = std::to_string(step);
   meta["epoch"] = std::to_string(state.epoch);
   meta["batch_index"] = std::to_string(state.batch_index);
@@ -331,31 +363,31 @@ std::string save_checkpoint(const std::string& dir, int64_t step, const Training
   meta["scaler"] = encode_scalars(state.scaler);
   meta["config"] = state.config;
   for (const auto& [k, v] : state.extra) meta[kExtraPrefix + k] = v;
-  json sums = json::object();
-  for (const auto& [name, t] : tensors) sums[name] = tensor_crc32(t);
-  meta[kChecksumsKey] = sums.dump();
-  meta[kMetadataCrcKey] = std::to_string(metadata_crc32(meta));
+  for (const auto& [k, v] : extra) meta[k] = v;
+  ckpt::seal_metadata(meta, tensors);
 
   save_safetensors(path, tensors, meta);  // atomic: complete under `path` or not there at all
 
-  if (keep_last_k > 0) {
-    // Only after the new checkpoint is durable: a crash here leaves extra files, never too few.
-    // Only loadable checkpoints count towards K (a corrupt file must not push out a good one);
-    // corrupt files are left alone for inspection.
-    auto all = list_checkpoints(dir);
-    int keep = keep_last_k - 1;  // the file just written always stays
-    bool removed = false;
-    for (auto it = all.rbegin(); it != all.rend(); ++it) {
-      if (it->first == step || !is_complete_checkpoint(it->second)) continue;
-      if (keep > 0) {
-        --keep;
-        continue;
-      }
-      if (::unlink(it->second.c_str()) == 0) removed = true;
-    }
-    if (removed) fsync_directory(dir);
-  }
+  // Only after the new checkpoint is durable: a crash here leaves extra files, never too few.
+  prune_checkpoints(dir, keep_last_k, step);
   return path;
+}
+
+void prune_checkpoints(const std::string& dir, int keep, int64_t keep_step) {
+  if (keep <= 0) return;
+  // Only complete checkpoints count towards K (a corrupt file must not push out a good one);
+  // corrupt files are left alone for inspection.
+  const auto all = list_checkpoints(dir);
+  int kept = keep_step >= 0 ? 1 : 0;  // the one just written always stays
+  bool removed = false;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (it->first == keep_step || !is_complete_checkpoint(it->second)) continue;
+    if (++kept <= keep) continue;
+    // The index first: a set without its index is no checkpoint, whatever is left of its shards.
+    if (::unlink(it->second.c_str()) == 0) removed = true;
+    removed = ckpt::remove_checkpoint_shards(dir, it->first) || removed;
+  }
+  if (removed) fsync_directory(dir);
 }
 
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
@@ -404,7 +436,13 @@ int64_t count_nonfinite(const Tensor& t) {
 
 std::vector<std::string> verify_checkpoint(const std::string& path) {
   try {
-    return content_problems(read_safetensors(path), path);
+    const SafetensorsFile f = read_safetensors(path);
+    std::vector<std::string> problems = content_problems(f, path);
+    if (problems.empty() && ckpt::is_set_index(f.metadata)) {
+      TrainingState scratch;
+      ckpt::assemble_checkpoint_set(path, f.metadata, scratch);  // throws what is wrong
+    }
+    return problems;
   } catch (const Error& e) {
     return {e.what()};
   }
@@ -439,7 +477,8 @@ UnusableCheckpointsError::UnusableCheckpointsError(
 TrainingState load_checkpoint(const std::string& path) {
   SafetensorsFile f = read_safetensors(path);
   const std::vector<std::string> problems = content_problems(f, path);
-  GRADUS_CHECK(problems.empty(), IOError, path, ": unusable checkpoint: ", join_problems(problems));
+  GRADUS_CHECK(problems.empty(), IOError, path,
+               ": unusable checkpoint: ", ckpt::join_problems(problems));
   TrainingState s;
   read_checkpoint_metadata(f.metadata, path, s);
 
@@ -457,6 +496,7 @@ TrainingState load_checkpoint(const std::string& path) {
                                     "' has none of the prefixes model., optim., extra."));
     }
   }
+  if (ckpt::is_set_index(f.metadata)) ckpt::assemble_checkpoint_set(path, f.metadata, s);
   return s;
 }
 

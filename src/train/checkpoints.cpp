@@ -16,6 +16,7 @@
 
 #include "gradus/io/io.h"
 #include "gradus/ops.h"
+#include "train/checkpoint_sets.h"
 
 namespace gradus::train {
 
@@ -43,33 +44,6 @@ int remove_stale_temp_files(const std::string& dir) {
     if (fs::remove(e.path(), ec2)) ++removed;
   }
   return removed;
-}
-
-// Whether `path` is a complete gradus checkpoint (its header validates against the file size).
-bool is_complete_checkpoint(const std::string& path) {
-  try {
-    const io::SafetensorsHeader h = io::read_safetensors_header(path);
-    auto it = h.metadata.find("format");
-    return it != h.metadata.end() && it->second == "gradus.checkpoint";
-  } catch (const Error&) {
-    return false;
-  }
-}
-
-// Applies --keep-checkpoints on resume: a process killed between writing a checkpoint and
-// deleting the oldest one leaves one extra; without this, repeated kills would accumulate them.
-// Like save_checkpoint, files that fail validation are left alone for inspection.
-void prune_checkpoints(const std::string& dir, int keep) {
-  if (keep <= 0) return;
-  const auto all = io::list_checkpoints(dir);
-  int kept = 0;
-  bool removed = false;
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (!is_complete_checkpoint(it->second)) continue;
-    if (++kept <= keep) continue;
-    if (::unlink(it->second.c_str()) == 0) removed = true;
-  }
-  if (removed) io::fsync_directory(dir);
 }
 
 }  // namespace
@@ -359,7 +333,18 @@ Checkpointer::Checkpointer(CheckpointOptions options, nn::Module& model,
       scheduler_(scheduler),
       scaler_(scaler),
       config_(std::move(config)),
-      writer_(writer) {}
+      writer_(writer) {
+  if (!options_.sharded || !enabled()) return;
+  sharded_optimizer_ = dynamic_cast<const dist::ZeroRedundancyOptimizer*>(&optimizer_);
+  GRADUS_CHECK(sharded_optimizer_ != nullptr, ValueError, options_.who,
+               ": sharded checkpoints need a sharded optimizer (dist::ZeroRedundancyOptimizer: "
+               "zero1, zero2, fsdp); this run's is ",
+               optimizer_.type_name());
+  GRADUS_CHECK(options_.tensor_parallel == nullptr && !staged(options_.pipeline), ValueError,
+               options_.who,
+               ": sharded checkpoints are not written under tensor or pipeline parallelism yet "
+               "(their checkpoints are consolidated)");
+}
 
 Checkpointer::~Checkpointer() {
   if (writing_.joinable()) writing_.join();
@@ -403,6 +388,7 @@ std::string Checkpointer::save(int64_t step, data::LoaderPosition next,
   if (!enabled()) return {};
   if (step == last_step_ && next == last_position_) return last_path_;
   const auto t0 = std::chrono::steady_clock::now();
+  if (options_.sharded) return save_set(step, next, progress, t0);
   const FullParameters whole =
       options_.full_parameters ? options_.full_parameters() : FullParameters{};
   // A sharded optimizer's state_dict() gathers (a collective: every rank is here) the state one
@@ -456,6 +442,79 @@ std::string Checkpointer::save(int64_t step, data::LoaderPosition next,
   return last_path_;
 }
 
+std::string Checkpointer::save_set(int64_t step, data::LoaderPosition next,
+                                   const EpochProgress& progress,
+                                   std::chrono::steady_clock::time_point t0) {
+  // The set's id is agreed (a collective) before anything is written; then every rank writes its
+  // shard, and the index is written once they all are.
+  sets::SetWrite set = sets::capture(*sharded_optimizer_, model_, step);
+  if (scheduler_ != nullptr) set.index.scheduler = scheduler_->state_dict();
+  if (scaler_.is_enabled()) set.index.scaler = scaler_.state_dict();
+  set.index.epoch = next.epoch;
+  set.index.batch_index = next.batch;
+  set.index.config = config_;
+  store_epoch_progress(set.index, progress);
+  last_step_ = step;
+  last_position_ = next;
+  last_path_ = (std::filesystem::path(options_.dir) / io::checkpoint_filename(step)).string();
+  ++times_.written;
+  auto write_index = [this, step](const sets::SetWrite& w) {
+    return io::save_checkpoint_index(options_.dir, step, w.index, w.world, w.id, w.sharded,
+                                     w.model_order, options_.keep);
+  };
+  if (!options_.async) {
+    std::string error;
+    try {
+      io::save_checkpoint_shard(options_.dir, step, set.rank, set.world, set.id, set.pieces);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    // Every rank learns whether every shard was written (the lowest failing rank is named).
+    Tensor failed = tensor({error.empty() ? 0.0 : static_cast<double>(set.world - set.rank)}, {1},
+                           {.dtype = DType::f64});
+    sharded_optimizer_->group()
+        .all_reduce(failed, dist::ReduceOp::max, "checkpoint shards")
+        ->wait();
+    GRADUS_CHECK(error.empty(), IOError, error);
+    const int failing = static_cast<int>(failed.item());
+    GRADUS_CHECK(failing == 0, IOError, options_.who, ": rank ", set.world - failing,
+                 " could not write its shard of the checkpoint at step ", step,
+                 "; the set was not written");
+    if (set.rank == 0) write_index(set);
+    const double took = seconds_since(t0);
+    times_.blocked_seconds += took;
+    times_.write_seconds += took;
+    return last_path_;
+  }
+  wait_for_write();
+  sets::copy_to_host(set);
+  writing_ = std::thread([this, set = std::move(set), step, write_index] {
+    const auto w0 = std::chrono::steady_clock::now();
+    try {
+      io::save_checkpoint_shard(options_.dir, step, set.rank, set.world, set.id, set.pieces);
+      if (set.rank == 0) {
+        // The others' shards appear by atomic rename: their names are the barrier.
+        const auto deadline = w0 + std::chrono::duration<double>(options_.shard_wait_seconds);
+        std::vector<int> missing;
+        while (!(missing = io::missing_checkpoint_shards(options_.dir, step, set.world, set.id))
+                    .empty()) {
+          GRADUS_CHECK(std::chrono::steady_clock::now() < deadline, IOError, options_.who,
+                       ": the shard of rank ", missing.front(), " (", missing.size(),
+                       " missing) of the checkpoint at step ", step, " did not appear within ",
+                       options_.shard_wait_seconds, " s; the set was not written");
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        write_index(set);
+      }
+    } catch (...) {
+      write_error_ = std::current_exception();
+    }
+    write_seconds_ = seconds_since(w0);
+  });
+  times_.blocked_seconds += seconds_since(t0);
+  return last_path_;
+}
+
 void Checkpointer::loaded(int64_t step, data::LoaderPosition position, std::string path) {
   last_step_ = step;
   last_position_ = position;
@@ -490,6 +549,11 @@ StartPoint find_start(const CheckpointOptions& o, const std::string& config, nn:
   const int stale = dist::rank() == 0 ? remove_stale_temp_files(o.dir) : 0;
   if (stale > 0) {
     say("%s: removed %d temp file(s) of interrupted checkpoint writes\n", who, stale);
+  }
+  const int orphans = dist::rank() == 0 ? io::remove_orphan_checkpoint_shards(o.dir) : 0;
+  if (orphans > 0) {
+    say("%s: removed %d shard file(s) of sharded checkpoints interrupted before their index\n", who,
+        orphans);
   }
   // The newest checkpoint that loads and verifies (checksums, metadata, finite values); newer
   // ones that do not are named and skipped.
@@ -536,7 +600,7 @@ StartPoint find_start(const CheckpointOptions& o, const std::string& config, nn:
   // (A sharded optimizer takes this rank's shard of the whole state.)
   io::restore_training_state(state, model, &optimizer, scheduler, /*restore_rng=*/true);
   if (scaler.is_enabled() && !state.scaler.empty()) scaler.load_state_dict(state.scaler);
-  if (dist::rank() == 0) prune_checkpoints(o.dir, o.keep);
+  if (dist::rank() == 0) io::prune_checkpoints(o.dir, o.keep);
   start.step = state.step;
   start.position = {state.epoch, state.batch_index};
   start.progress = load_epoch_progress(state);

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "dist/data_parallel_util.h"
+#include "dist/gpt_test_util.h"
 #include "gradus/dist/fsdp.h"
 #include "gradus/io/safetensors.h"
 #include "gradus/nn/gpt.h"
@@ -19,43 +20,6 @@
 
 namespace gradus::testing {
 namespace {
-
-nn::GPTConfig tiny_gpt() {
-  nn::GPTConfig c;
-  c.vocab_size = 11;
-  c.block_size = 8;
-  c.n_layer = 3;
-  c.n_head = 2;
-  c.n_embd = 12;
-  return c;
-}
-
-std::shared_ptr<nn::GPT> build_gpt(uint64_t seed, int64_t checkpoint_every = 0) {
-  manual_seed(seed);
-  auto m = std::make_shared<nn::GPT>(tiny_gpt());
-  m->to(DType::f64);
-  m->checkpoint_every = checkpoint_every;
-  return m;
-}
-
-std::unique_ptr<optim::Optimizer> gpt_optimizer(const std::string& kind,
-                                                std::vector<Tensor> params) {
-  if (kind == "sgd") {
-    return std::make_unique<optim::SGD>(
-        params, optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3});
-  }
-  return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = 1e-2});
-}
-
-Tensor tokens(const Shape& shape, uint64_t seed) {
-  const double top = static_cast<double>(tiny_gpt().vocab_size) - 0.01;
-  return floor(random_tensor(shape, seed, 0, top)).to(DType::i64);
-}
-
-Tensor lm_loss(nn::Module& model, const Tensor& idx, const Tensor& targets) {
-  const Tensor logits = model(idx);
-  return cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
-}
 
 // Bytes of the model's whole parameters that hold memory now.
 uint64_t resident_parameter_bytes(nn::Module& model) {

@@ -121,6 +121,24 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   // resumes at any other.
   optim::OptimizerState state_dict() const override;
   void load_state_dict(const optim::OptimizerState& state) override;
+  // This rank's part of state_dict(), without communication (sharded checkpoints): `scalars` is
+  // state_dict() without its tensors (every rank has the same), and each slice is the part of
+  // parameter i (flattened) that falls in this rank's shards, with its values and the state
+  // tensors over the same elements. Together over the ranks the slices cover every element of
+  // every parameter once. The tensors are views of the live shards.
+  struct OwnedSlice {
+    size_t param = 0;
+    int64_t begin = 0, end = 0;
+    Tensor values;                        // [end - begin]
+    std::map<std::string, Tensor> state;  // state name ("exp_avg") -> [end - begin]
+  };
+  struct ShardedState {
+    optim::OptimizerState scalars;
+    std::vector<OwnedSlice> slices;
+    // Per parameter (all of them, held here or not): its state tensors' names and dtypes.
+    std::vector<std::map<std::string, DType>> state_dtypes;
+  };
+  ShardedState sharded_state() const;
   ProcessGroup& group() const { return *group_; }
 
  protected:

@@ -73,6 +73,11 @@ std::string checkpoint_filename(int64_t step);
 std::string save_checkpoint(const std::string& dir, int64_t step, const TrainingState& state,
                             int keep_last_k = 0);
 
+// Deletes the oldest complete checkpoints (by step; a set with its shards) so that at most `keep`
+// remain, never the one at keep_step; files that fail validation are left for inspection. 0: keep
+// all.
+void prune_checkpoints(const std::string& dir, int keep, int64_t keep_step = -1);
+
 // The checkpoints in dir whose names match ckpt-<digits>.safetensors (not validated), sorted by
 // ascending step. Temp files are never listed. Empty when dir does not exist; IOError when it
 // exists but cannot be listed (not a directory, permission denied).

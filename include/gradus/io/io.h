@@ -3,6 +3,7 @@
 
 #include "gradus/io/atomic_file.h"
 #include "gradus/io/checkpoint.h"
+#include "gradus/io/checkpoint_set.h"
 #include "gradus/io/dir_lock.h"
 #include "gradus/io/hf.h"
 #include "gradus/io/hf_gpt2.h"

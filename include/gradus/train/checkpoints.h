@@ -3,6 +3,7 @@
 // a data-parallel run's ranks. The Trainer uses these; so does a hand-written loop.
 #pragma once
 
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <exception>
@@ -16,6 +17,7 @@
 #include "gradus/dist/dist.h"
 #include "gradus/dist/pipeline.h"
 #include "gradus/dist/tensor_parallel.h"
+#include "gradus/dist/zero.h"
 #include "gradus/io/checkpoint.h"
 #include "gradus/nn/module.h"
 #include "gradus/optim/optim.h"
@@ -84,6 +86,16 @@ struct CheckpointOptions {
   // continues; the next save() waits for the previous write first. Files still appear only by
   // atomic rename, so a kill at any moment leaves the last complete checkpoint loadable.
   bool async = false;
+  // Write each checkpoint as a set (io/checkpoint_set.h): every rank writes the slices of the
+  // parameters and optimizer state its sharded optimizer owns, and data rank 0 the index, so no
+  // rank gathers the model or its optimizer state. A set loads as one checkpoint, under any world
+  // size and layout. Needs a dist::ZeroRedundancyOptimizer (zero1, zero2, fsdp), without tensor
+  // or pipeline parallelism, and one file system for the ranks' files.
+  bool sharded = false;
+  // An asynchronous set's index is written once every rank's shard is: how long its writer
+  // waits for them before it gives up (the set is then not written; the error is save()'s or
+  // finish()'s).
+  double shard_wait_seconds = 600;
 };
 
 // What a run's checkpoints cost it: how long the training loop waited in save() (gathering and
@@ -134,6 +146,9 @@ class Checkpointer {
  private:
   // Joins the write in flight and returns how long that took; rethrows its error.
   double wait_for_write();
+  // save() of a sharded checkpoint (options_.sharded).
+  std::string save_set(int64_t step, data::LoaderPosition next, const EpochProgress& progress,
+                       std::chrono::steady_clock::time_point t0);
   CheckpointOptions options_;
   nn::Module& model_;
   optim::Optimizer& optimizer_;
@@ -141,6 +156,7 @@ class Checkpointer {
   const amp::GradScaler& scaler_;
   std::string config_;
   bool writer_;
+  const dist::ZeroRedundancyOptimizer* sharded_optimizer_ = nullptr;  // sharded checkpoints
   int64_t last_step_ = -1;
   data::LoaderPosition last_position_{-1, -1};
   std::string last_path_;
