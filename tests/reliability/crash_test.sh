@@ -11,22 +11,33 @@
 # MIDWRITE_KILLS > 0 keeps killing (up to 10 x KILLS kills) until that many SIGKILLs landed while a
 # checkpoint was being written; the remaining arguments are added to the training command (e.g.
 # --async-checkpoint: the writes then run on a background thread while training goes on).
-#   crash_test.sh GRADUS_EXE WORK_DIR [KILLS] [MIDWRITE_KILLS] [TRAIN_OPTION...]
+# RANKS=N (with MPIRUN and DIST, e.g. zero1) runs every job on N ranks under --dist DIST; each
+# kill is then a SIGKILL to every process of the job at once (a machine lost), and with DIST's
+# sharded checkpoints it lands while the ranks write their shards of a set or rank 0 its index.
+#   [RANKS=N MPIRUN=mpirun DIST=zero1] crash_test.sh GRADUS_EXE WORK_DIR [KILLS] [MIDWRITE_KILLS] [TRAIN_OPTION...]
 source "$(dirname "$0")/lib.sh"
 KILLS="${3:-50}"
 MIDWRITE_KILLS="${4:-0}"
 EXTRA=("${@:5}")
+RANKS="${RANKS:-1}"
 make_data
 
 CFG=(train --data mnist --data-dir data --epochs 12 --batch-size 24 --threads 1 --device cpu
   --no-progress --model mlp --dropout 0.2 --optimizer adam --scheduler cosine --warmup-steps 10)
-"$GRADUS" "${CFG[@]}" --metrics ref.jsonl --log-every 1 --save ref.safetensors >/dev/null 2>&1 ||
-  fail "the reference run failed"
+LAUNCH=()
+if [ "$RANKS" -gt 1 ]; then
+  # Its own session, so that one signal reaches mpirun and every rank (pkill -s).
+  LAUNCH=(setsid "$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1
+    -np "$RANKS")
+  CFG+=(--dist "$DIST")
+fi
+"${LAUNCH[@]}" "$GRADUS" "${CFG[@]}" --metrics ref.jsonl --log-every 1 --save ref.safetensors \
+  >/dev/null 2>&1 || fail "the reference run failed"
 TOTAL=$(step_losses ref.jsonl | wc -l)
 
 kills=0 terms=0 graceful=0 midwrite=0 resumed=0 rounds=0 inspected=0
 start_s=$SECONDS
-RUN=("$GRADUS" "${CFG[@]}" --checkpoint-dir ck --checkpoint-every 1 --keep-checkpoints 3 --resume
+RUN=("${LAUNCH[@]}" "$GRADUS" "${CFG[@]}" --checkpoint-dir ck --checkpoint-every 1 --keep-checkpoints 3 --resume
   --metrics run.jsonl --log-every 1 --save final.safetensors "${EXTRA[@]}")
 
 # Checks every checkpoint in ck/; sets $newest (the file a resume must pick).
@@ -35,6 +46,7 @@ check_dir() {
   local n=0 f
   for f in ck/ckpt-*.safetensors; do
     [ -e "$f" ] || continue
+    case "$f" in *.shard-*) continue ;; esac  # a set's shards: its index verifies them
     n=$((n + 1))
     "$GRADUS" inspect "$f" >inspect.out 2>&1 || fail "after kill $kills: $f does not load: $(cat inspect.out)"
     inspected=$((inspected + 1))
@@ -42,7 +54,13 @@ check_dir() {
   done
   # Keep 3, plus at most one written whose oldest was not deleted yet (a resume prunes again).
   [ "$n" -le 4 ] || fail "after kill $kills: $n checkpoints in ck/ (--keep-checkpoints 3)"
-  if ls ck/*.tmp.* >/dev/null 2>&1; then midwrite=$((midwrite + 1)); fi
+  # A write in flight: a temp file, or a set's shards whose index is not there yet.
+  local in_flight=0
+  if ls ck/*.tmp.* >/dev/null 2>&1; then in_flight=1; fi
+  for f in ck/ckpt-*.shard-*.safetensors; do
+    [ -e "$f" ] && [ ! -e "${f%%.shard-*}.safetensors" ] && in_flight=1
+  done
+  midwrite=$((midwrite + in_flight))
 }
 
 # Whether to go on killing: KILLS kills, and MIDWRITE_KILLS of them during a write (bounded).
@@ -73,8 +91,12 @@ while more_kills; do
     done
     sleep "0.0$(printf '%02d' $((RANDOM % 50)))"
     sig=KILL
-    [ $(((kills + terms + 1) % 10)) -eq 0 ] && sig=TERM
-    kill -s "$sig" "$pid" 2>/dev/null || true
+    if [ "$RANKS" -gt 1 ]; then
+      pkill -KILL -s "$pid" 2>/dev/null || true
+    else
+      [ $(((kills + terms + 1) % 10)) -eq 0 ] && sig=TERM
+      kill -s "$sig" "$pid" 2>/dev/null || true
+    fi
     rc=0
     wait "$pid" || rc=$?
     if [ -n "$expected_resume" ] && grep -qs "resuming from" run.out; then
@@ -107,6 +129,8 @@ while more_kills; do
   done
   # Let the round finish undisturbed and compare with the uninterrupted run.
   "${RUN[@]}" >run.out 2>&1 || fail "the final resume failed: $(cat run.out 2>/dev/null)"
+  [ "$RANKS" -le 1 ] || ls ck/ckpt-*.shard-*.safetensors >/dev/null 2>&1 ||
+    fail "round $rounds: --dist $DIST on $RANKS ranks wrote no sharded checkpoint set"
   [ "$(sha final.safetensors)" = "$(sha ref.safetensors)" ] ||
     fail "round $rounds: the final weights differ from the uninterrupted run's"
   diff <(step_losses ref.jsonl) <(step_losses run.jsonl) >/dev/null ||
@@ -121,7 +145,7 @@ done
   fail "only $midwrite_kills of $kills SIGKILLs landed during a checkpoint write (want >= $MIDWRITE_KILLS)"
 [ "$inspected" -ge "$kills" ] || fail "only $inspected checkpoint files inspected after $kills kills"
 [ "$resumed" -ge $((KILLS / 2)) ] || fail "only $resumed resumes after $kills kills (want >= $((KILLS / 2)))"
-echo "PASS${EXTRA[*]:+ (${EXTRA[*]})}: $kills SIGKILLs ($midwrite_kills during a write) + $terms SIGTERMs ($graceful stopped with a checkpoint) in $rounds round(s)" \
-  "of $TOTAL steps; $midwrite kills left a half-written temp file; $inspected checkpoint files" \
+echo "PASS${EXTRA[*]:+ (${EXTRA[*]})}$([ "$RANKS" -gt 1 ] && echo " on $RANKS ranks, --dist $DIST"): $kills SIGKILLs ($midwrite_kills during a write) + $terms SIGTERMs ($graceful stopped with a checkpoint) in $rounds round(s)" \
+  "of $TOTAL steps; $midwrite kills left a write in flight (a temp file, or a set without its index); $inspected checkpoint files" \
   "inspected, all valid; $resumed resumes from the newest checkpoint; final weights and all losses" \
   "bitwise identical to the uninterrupted run ($((SECONDS - start_s)) s)"
