@@ -201,8 +201,8 @@ cp -r "$work/ck2" "$work/ck3"
 resumes_at_one 1 "$work/ck2" "ddp on 2 ranks -> one process"
 resumes_at_one 3 "$work/ck3" "ddp on 2 ranks -> zero1 on 3" --dist zero1
 echo "gpt_strategies: a ddp checkpoint resumed on one process and under zero1 on 3 ranks ends at the one-process weights"
-# An fsdp checkpoint (one process's state, gathered from the shards) written on 3 ranks resumes
-# on one process and under fsdp on 2 ranks; a zero1 one under fsdp.
+# An fsdp checkpoint (a sharded set: each rank's slices, no rank gathering the model) written on 3
+# ranks resumes on one process and under fsdp on 2 ranks; a zero1 one under fsdp.
 stop_after_3 3 "$work/ckf" --dist fsdp
 cp -r "$work/ckf" "$work/ckf2"
 resumes_at_one 1 "$work/ckf" "fsdp on 3 ranks -> one process"
@@ -210,6 +210,37 @@ resumes_at_one 2 "$work/ckf2" "fsdp on 3 ranks -> fsdp on 2" --dist fsdp
 stop_after_3 2 "$work/ckz" --dist zero1
 resumes_at_one 3 "$work/ckz" "zero1 on 2 ranks -> fsdp on 3" --dist fsdp
 echo "gpt_strategies: fsdp checkpoints resume on one process and under fsdp at another world size, zero1's under fsdp"
+# Under --dist fsdp (and zero1, zero2) checkpoints are sets by default: an index and one shard
+# per rank, which `gradus inspect` verifies as a whole.
+set3="$work/ckf/ckpt-0000000003"
+[ "$(ls "$set3".shard-*-of-00003.safetensors | wc -l)" = 3 ] ||
+  fail "fsdp on 3 ranks did not write a set of 3 shards: $(ls "$work/ckf")"
+"$gradus" inspect "$set3.safetensors" >"$work/inspect.txt" 2>&1 ||
+  fail "inspect of a set: $(tail -3 "$work/inspect.txt")"
+grep -q "sharded checkpoint set of 3 shard(s)" "$work/inspect.txt" &&
+  grep -q "verified: every shard's and the index's CRC-32s match" "$work/inspect.txt" ||
+  fail "inspect did not verify the set: $(head -3 "$work/inspect.txt")"
+# A damaged shard of the newest set damages the set: a resume names it and falls back to the set
+# before, and still ends at the one-process weights.
+run_np 3 --dist fsdp --checkpoint-dir "$work/ckd" --checkpoint-every 1 --stop-after-steps 3 \
+  >"$work/run.log" 2>&1 || fail "fsdp stop after 3: $(tail -3 "$work/run.log")"
+shard="$work/ckd/ckpt-0000000003.shard-00001-of-00003.safetensors"
+printf '\xff\xff\xff\x7f' | dd of="$shard" bs=1 seek=$(($(stat -c %s "$shard") - 4)) conv=notrunc 2>/dev/null
+run_np 2 --dist fsdp --checkpoint-dir "$work/ckd" --resume --save "$work/ckd.safetensors" \
+  >"$work/run.log" 2>&1 || fail "resume past a damaged shard: $(tail -3 "$work/run.log")"
+grep -q "skipping .*ckpt-0000000003.safetensors: .*shard 1 of 3" "$work/run.log" &&
+  grep -q "resuming from .*ckpt-0000000002.safetensors (step 2," "$work/run.log" ||
+  fail "a damaged shard: $(grep -E 'skipping|resuming' "$work/run.log")"
+close_to "$work/one.safetensors" "$work/ckd.safetensors" "fsdp on 3 ranks -> fsdp on 2, past a damaged set"
+# --checkpoint-format consolidated writes one file; sharded is refused where the model is split.
+stop_after_3 3 "$work/ckc" --dist fsdp --checkpoint-format consolidated
+[ -e "$work/ckc/ckpt-0000000003.safetensors" ] && ! ls "$work/ckc"/*.shard-* >/dev/null 2>&1 ||
+  fail "--checkpoint-format consolidated: $(ls "$work/ckc")"
+launch 4 --tp 2 --dist fsdp --checkpoint-dir "$work/cks" --checkpoint-format sharded \
+  >"$work/run.log" 2>&1 && fail "--tp 2 --checkpoint-format sharded was accepted"
+grep -q -- "--checkpoint-format sharded needs --dist zero1, zero2 or fsdp without --tp/--pp" \
+  "$work/run.log" || fail "--tp 2 --checkpoint-format sharded: $(tail -3 "$work/run.log")"
+echo "gpt_strategies: fsdp writes sets that inspect verifies; a damaged shard makes a resume fall back to the set before; --checkpoint-format consolidated writes one file, sharded is refused with --tp"
 # Under --amp bf16 each rank's matrix products round in bf16 on its own rows, so no layout ends
 # at one process's weights to 1e-4 (ddp on 2 ranks is 1e-2 away); fsdp computes what ddp computes
 # (the same rows per rank, the same autocast) and differs only in how the gradients are summed:
