@@ -236,6 +236,8 @@ int run_bench(const BenchOptions& o) {
   GRADUS_CHECK(!o.no_overlap && !o.no_prefetch, ValueError, "bench: --",
                o.no_overlap ? "no-overlap" : "no-prefetch",
                " applies to --dist runs (ddp, and zero2|fsdp) only");
+  communication_dtype("--gather-dtype", o.gather_dtype, o.dist);  // (refused without --dist)
+  communication_dtype("--reduce-dtype", o.reduce_dtype, o.dist);
   apply_threads(o.threads);
   manual_seed(o.seed);
   if (o.compare_devices) return compare_devices(o);

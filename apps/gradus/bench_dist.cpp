@@ -90,7 +90,9 @@ int run_bench_dist(const BenchOptions& o) {
   model->train();
   const std::unique_ptr<train::Strategy> strategy = train::make_strategy(
       o.dist, {.ddp = dist::DDPOptions{.bucket_cap_mb = o.bucket_cap_mb, .overlap = !o.no_overlap},
-               .fsdp = dist::FullyShardOptions{.prefetch = !o.no_prefetch}});
+               .fsdp = dist::FullyShardOptions{.prefetch = !o.no_prefetch},
+               .gather_dtype = communication_dtype("--gather-dtype", o.gather_dtype, o.dist),
+               .reduce_dtype = communication_dtype("--reduce-dtype", o.reduce_dtype, o.dist)});
   strategy->setup(model, [gpt](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
     if (gpt) return std::make_unique<optim::AdamW>(p);
     return std::make_unique<optim::Adam>(p);

@@ -75,13 +75,13 @@ struct TrainOptions {
   int keep_checkpoints = 3;       // newest complete checkpoints kept (0: all)
   bool async_checkpoint = false;  // write checkpoints on a background thread
   std::string checkpoint_format = "auto";  // auto, sharded or consolidated
-  bool resume = false;            // continue from the newest good checkpoint in checkpoint_dir
-  bool resume_or_start = false;   // resume; when every checkpoint is damaged, start at step 0
-  std::string save;               // final weights as safetensors (PyTorch state_dict names)
-  int64_t log_every = 0;          // > 0: a {"step","loss"} line in the metrics file every N steps
-  int64_t grad_accum = 1;         // batches per optimizer step (gradient accumulation)
-  int64_t read_loss_every = 0;    // steps between reads of the losses (0: 20 on a GPU, 1 on a CPU)
-  int64_t stop_after_steps = 0;   // > 0: checkpoint and stop after this many steps (in total)
+  bool resume = false;           // continue from the newest good checkpoint in checkpoint_dir
+  bool resume_or_start = false;  // resume; when every checkpoint is damaged, start at step 0
+  std::string save;              // final weights as safetensors (PyTorch state_dict names)
+  int64_t log_every = 0;         // > 0: a {"step","loss"} line in the metrics file every N steps
+  int64_t grad_accum = 1;        // batches per optimizer step (gradient accumulation)
+  int64_t read_loss_every = 0;   // steps between reads of the losses (0: 20 on a GPU, 1 on a CPU)
+  int64_t stop_after_steps = 0;  // > 0: checkpoint and stop after this many steps (in total)
   bool detect_anomaly = false;
   bool deterministic = false;
   bool cuda_graph = false;       // capture the step once and replay it (step_graph.h)
@@ -91,6 +91,10 @@ struct TrainOptions {
   // batch_size is the global batch in every mode; each rank trains on its share.
   std::string dist;
   double dist_timeout = 60.0;  // seconds any rank waits on a collective before giving up
+  // --dist fsdp: the dtype parameters are gathered in; zero2|fsdp: the dtype gradients are
+  // reduce-scattered in ("" = the parameters'; train::StrategyOptions).
+  std::string gather_dtype;
+  std::string reduce_dtype;
   // Model parallelism (train_parallel.h): the world is data x pipeline (pp) x tensor (tp).
   int tp = 1;
   int pp = 1;
@@ -194,6 +198,8 @@ struct BenchOptions {
   double dist_timeout = 60.0;
   bool no_overlap = false;   // ddp: all-reduce every bucket after backward
   bool no_prefetch = false;  // zero2, fsdp: gather each block only when it runs
+  std::string gather_dtype;  // fsdp: as TrainOptions
+  std::string reduce_dtype;  // zero2, fsdp
   double bucket_cap_mb = 25.0;
   GptShape gpt;             // --model gpt: batch_size sequences of gpt.context tokens
   int64_t vocab_size = 65;  // --model gpt (tinyshakespeare's characters)
@@ -250,5 +256,9 @@ size_t parse_byte_size(const std::string& text);
 Device resolve_device(const std::string& name);
 // --amp: nullopt for "off", else the autocast dtype ("bf16", "f16"; CLI11 checked the value).
 std::optional<DType> amp_option(const std::string& value);
+// --gather-dtype, --reduce-dtype: nullopt for "", else the dtype; ValueError unless the strategy
+// communicates in it (gather: fsdp; reduce: zero2, fsdp), naming the option.
+std::optional<DType> communication_dtype(const std::string& option, const std::string& value,
+                                         const std::string& dist);
 
 }  // namespace gradus::cli

@@ -74,6 +74,17 @@ std::optional<DType> amp_option(const std::string& value) {
   return dtype_from_name(value);
 }
 
+std::optional<DType> communication_dtype(const std::string& option, const std::string& value,
+                                         const std::string& dist) {
+  if (value.empty()) return std::nullopt;
+  const bool gather = option == "--gather-dtype";
+  GRADUS_CHECK(dist == "fsdp" || (!gather && dist == "zero2"), ValueError, option,
+               gather ? " sets the dtype --dist fsdp gathers parameters in"
+                      : " sets the dtype --dist zero2|fsdp reduce-scatters gradients in",
+               "; this run has ", dist.empty() ? "no --dist" : "--dist " + dist);
+  return dtype_from_name(value);
+}
+
 Device resolve_device(const std::string& name) {
   const Device d = Device::parse(name);
   if (d.is_cuda()) {

@@ -46,6 +46,18 @@ std::vector<std::string> dist_choices() {
   }
   return names;
 }
+// --gather-dtype and --reduce-dtype (train and bench --dist).
+void add_communication_dtypes(CLI::App* c, std::string& gather, std::string& reduce) {
+  c->add_option("--gather-dtype", gather,
+                "--dist fsdp: gather each block's parameters in this dtype (bf16, f16: half the "
+                "bytes; the block computes with the master weights rounded to it)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  c->add_option("--reduce-dtype", reduce,
+                "--dist zero2|fsdp: reduce-scatter the gradients in this dtype (the master shards "
+                "stay float32)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+}
+
 std::string dist_help(const std::string& what) {
   std::string text = what + ": ";
   for (const gradus::train::StrategyInfo& s : gradus::train::strategies()) {
@@ -375,6 +387,7 @@ void add_train(CLI::App& app, TrainOptions& o) {
                 "that stopped answering")
       ->check(kFinitePositiveSeconds)
       ->capture_default_str();
+  add_communication_dtypes(c, o.gather_dtype, o.reduce_dtype);
   c->add_option("--lr-scaling", o.lr_scaling,
                 "linear: lr x batch-size / --lr-reference-batch (use with --warmup-steps)")
       ->check(CLI::IsMember({"none", "linear"}))
@@ -455,6 +468,7 @@ void add_bench(CLI::App& app, BenchOptions& o) {
   c->add_option("--dist-timeout", o.dist_timeout, "Seconds a rank waits on a collective")
       ->check(kFinitePositiveSeconds)
       ->capture_default_str();
+  add_communication_dtypes(c, o.gather_dtype, o.reduce_dtype);
   c->add_flag("--no-prefetch", o.no_prefetch,
               "--dist zero2|fsdp: start each block's all-gather only when the block runs (to "
               "measure what prefetching hides)");

@@ -167,6 +167,8 @@ int run_train_images(const TrainOptions& options) {
                          "cuda-graph",
                          "dist",
                          "dist-timeout",
+                         "gather-dtype",
+                         "reduce-dtype",
                          "lr-scaling",
                          "lr-reference-batch",
                          "grad-clip",

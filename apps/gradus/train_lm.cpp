@@ -148,11 +148,12 @@ int run_train_lm(const TrainOptions& o) {
        "weight-decay", "batch-size", "seed", "device", "threads", "metrics",
        // the language model shows no progress bar: --no-progress asks for what it does
        "no-progress", "dropout", "amp", "profile", "profile-steps", "cuda-graph", "read-loss-every",
-       "save", "dist", "dist-timeout", "checkpoint-dir", "checkpoint-every", "keep-checkpoints",
-       "async-checkpoint", "checkpoint-format", "resume", "resume-or-start", "stop-after-steps",
-       "freeze", "init-from", "memory-limit", "deterministic", "detect-anomaly", "optimizer",
-       "scheduler", "tp", "pp", "micro-batches", "schedule", "grad-accum", "kv-heads", "ffn-width",
-       "rope-theta", "save-hf", "tokenizer", "grad-checkpoint", "tie-embeddings", "token-dtype"});
+       "save", "dist", "dist-timeout", "gather-dtype", "reduce-dtype", "checkpoint-dir",
+       "checkpoint-every", "keep-checkpoints", "async-checkpoint", "checkpoint-format", "resume",
+       "resume-or-start", "stop-after-steps", "freeze", "init-from", "memory-limit",
+       "deterministic", "detect-anomaly", "optimizer", "scheduler", "tp", "pp", "micro-batches",
+       "schedule", "grad-accum", "kv-heads", "ffn-width", "rope-theta", "save-hf", "tokenizer",
+       "grad-checkpoint", "tie-embeddings", "token-dtype"});
   const std::string lm = "--model " + o.model;
   GRADUS_CHECK(!o.given.count("optimizer") || o.optimizer == "adamw", ValueError, "train: ", lm,
                " trains with AdamW (nanoGPT's parameter groups); --optimizer ", o.optimizer,
@@ -302,6 +303,8 @@ int run_train_lm(const TrainOptions& o) {
   std::shared_ptr<dist::TensorParallelGPT> tensor_parallel_gpt;
   std::shared_ptr<dist::TensorParallelModule> tensor_parallel;
   train::StrategyOptions strategy_options{.group = groups.data};
+  strategy_options.gather_dtype = communication_dtype("--gather-dtype", run.gather_dtype, run.dist);
+  strategy_options.reduce_dtype = communication_dtype("--reduce-dtype", run.reduce_dtype, run.dist);
   if (run.tp > 1 && spec.family == "gpt") {
     tensor_parallel_gpt = std::make_shared<dist::TensorParallelGPT>(spec.gpt, groups.tensor);
     model = tensor_parallel_gpt;

@@ -64,6 +64,8 @@ train::StrategyOptions image_layout_options(const TrainOptions& o,
                                             std::shared_ptr<nn::Module> model,
                                             const dist::ParallelGroups& groups, bool lead) {
   train::StrategyOptions layout{.group = groups.data};
+  layout.gather_dtype = communication_dtype("--gather-dtype", o.gather_dtype, o.dist);
+  layout.reduce_dtype = communication_dtype("--reduce-dtype", o.reduce_dtype, o.dist);
   if (o.pp > 1) {
     auto seq = std::dynamic_pointer_cast<nn::Sequential>(model);
     GRADUS_CHECK(seq != nullptr, ValueError, "train: --pp splits a sequence of layers; --model ",

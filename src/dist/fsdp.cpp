@@ -169,8 +169,8 @@ void FullyShard::prefetch(size_t unit) {
 }
 
 void FullyShard::gather_all() {
-  for (size_t u = 0; u < units_.params.size(); ++u) sharded_.gather(u);
-  for (size_t u = 0; u < units_.params.size(); ++u) sharded_.wait_gathered(u);
+  for (size_t u = 0; u < units_.params.size(); ++u) sharded_.gather(u, /*exact=*/true);
+  for (size_t u = 0; u < units_.params.size(); ++u) sharded_.wait_gathered(u, /*exact=*/true);
 }
 
 void FullyShard::release_all(bool adopt_writes) {
@@ -185,7 +185,7 @@ std::vector<Tensor> FullyShard::unit_parameters(size_t unit) const {
 }
 
 void FullyShard::gather_unit(size_t unit) {
-  sharded_.wait_gathered(unit);
+  sharded_.wait_gathered(unit, /*exact=*/true);
 }
 
 void FullyShard::release_unit(size_t unit, bool adopt_writes) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "backend/backend.h"
 #include "dist/flat.h"
 #include "gradus/autograd.h"
 #include "gradus/ops.h"
@@ -29,9 +30,14 @@ struct ZeroRedundancyOptimizer::Buffer {
   bool gathered = true;
   WorkPtr gathering;
   bool stale = false;
+  // Gathered in ZeroOptions::gather_dtype: params holds the shards' values rounded to it; the
+  // narrow shard sent and the narrow whole received while the gather is in flight.
+  bool rounded = false;
+  Tensor narrow_shard, narrow_whole;
   // Stages 2, 3: the reduce-scatter in flight and where it lands.
   WorkPtr reducing;
   Tensor reduced;
+  Tensor narrow_grads;  // the flat gradient cast to ZeroOptions::reduce_dtype, while reduced
 };
 
 namespace {
@@ -79,6 +85,18 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params,
                "ZeroRedundancyOptimizer: no factory for the local optimizer");
   GRADUS_CHECK(options_.stage >= 1 && options_.stage <= 3, ValueError,
                "ZeroRedundancyOptimizer: stage ", options_.stage, " (1, 2 or 3)");
+  GRADUS_CHECK(!options_.gather_dtype || options_.stage == 3, ValueError,
+               "ZeroRedundancyOptimizer: a gather dtype needs stage 3 (only it gathers units for "
+               "compute); this is stage ",
+               options_.stage);
+  GRADUS_CHECK(!options_.reduce_dtype || options_.stage >= 2, ValueError,
+               "ZeroRedundancyOptimizer: a reduce dtype needs stage 2 or 3; this is stage ",
+               options_.stage);
+  for (const std::optional<DType>& d : {options_.gather_dtype, options_.reduce_dtype}) {
+    GRADUS_CHECK(!d || is_floating(*d), ValueError,
+                 "ZeroRedundancyOptimizer: a gather or reduce dtype must be floating, got ",
+                 dtype_name(*d));
+  }
   add_group(params);  // validates (leaves, floating, no duplicates)
   options_.units = checked_units(std::move(options_.units), params.size());
   const int64_t world = group_->size(), rank = group_->rank();
@@ -156,20 +174,36 @@ void ZeroRedundancyOptimizer::zero_grad(bool) {
   attach_gradients();
 }
 
-void ZeroRedundancyOptimizer::gather(size_t unit) {
+void ZeroRedundancyOptimizer::gather(size_t unit, bool exact) {
   if (!shards_parameters_) return;
+  NoGradGuard no_grad;
   for (Buffer* b : units_.at(unit)) {
+    if (exact && b->rounded && (b->gathered || b->gathering)) release_buffer(*b);
     if (b->gathered || b->gathering) continue;
     b->params.impl()->storage()->reacquire();
-    b->gathering = group_->all_gather(b->params, b->shard_param.detach(), "FSDP parameters");
+    const std::optional<DType> narrow = options_.gather_dtype;
+    b->rounded = !exact && narrow && *narrow != b->plan.dtype;
+    if (!b->rounded) {
+      b->gathering = group_->all_gather(b->params, b->shard_param.detach(), "FSDP parameters");
+      continue;
+    }
+    b->narrow_shard = b->shard_param.detach().to(*narrow);
+    b->narrow_whole = empty({b->shard.padded_numel}, {*narrow, b->plan.device});
+    b->gathering = group_->all_gather(b->narrow_whole, b->narrow_shard, "FSDP parameters");
   }
 }
 
-void ZeroRedundancyOptimizer::wait_gathered(size_t unit) {
-  gather(unit);
+void ZeroRedundancyOptimizer::wait_gathered(size_t unit, bool exact) {
+  gather(unit, exact);
   for (Buffer* b : units_.at(unit)) {
     if (!b->gathering) continue;
     wait_counted(b->gathering, stats_.gather_wait_seconds);
+    if (b->rounded) {
+      // Widened into the parameters' memory as the all-gather would have written it: without a
+      // version bump, so a backward that saved them before they were freed still accepts them.
+      backend::backend_for(b->params).copy(b->narrow_whole, b->params);
+      b->narrow_shard = b->narrow_whole = Tensor();
+    }
     b->gathered = true;
     if (b->stale) {
       b->params.bump_version();
@@ -180,21 +214,26 @@ void ZeroRedundancyOptimizer::wait_gathered(size_t unit) {
 
 void ZeroRedundancyOptimizer::release(size_t unit) {
   if (!shards_parameters_) return;
-  for (Buffer* b : units_.at(unit)) {
-    if (b->gathering) {
-      WorkPtr work = std::move(b->gathering);
-      work->wait();
-    }
-    if (!b->gathered) continue;
-    b->params.impl()->storage()->release();
-    b->gathered = false;
+  for (Buffer* b : units_.at(unit)) release_buffer(*b);
+}
+
+void ZeroRedundancyOptimizer::release_buffer(Buffer& b) {
+  if (b.gathering) {
+    WorkPtr work = std::move(b.gathering);
+    work->wait();
+    b.narrow_shard = b.narrow_whole = Tensor();
+    b.gathered = true;  // (what it wrote is dropped below)
   }
+  if (!b.gathered) return;
+  b.params.impl()->storage()->release();
+  b.gathered = false;
 }
 
 void ZeroRedundancyOptimizer::adopt_gathered(size_t unit) {
   NoGradGuard no_grad;
   for (Buffer* b : units_.at(unit)) {
-    if (!shards_parameters_ || !b->gathered) continue;
+    // (Rounded values are never written back over the master shard.)
+    if (!shards_parameters_ || !b->gathered || b->rounded) continue;
     b->shard_param.copy_(b->params.slice(0, b->shard.begin, b->shard.end));
   }
 }
@@ -234,9 +273,14 @@ void ZeroRedundancyOptimizer::reduce_gradients(size_t unit) {
   for (Buffer* b : units_.at(unit)) {
     if (b->reducing) continue;  // (started already in this backward)
     collect_gradients(*b);
-    b->reduced = empty({b->shard.end - b->shard.begin}, {b->plan.dtype, b->plan.device});
+    // (A world of one communicates nothing: its gradients are never rounded.)
+    const DType dtype =
+        group_->size() > 1 ? options_.reduce_dtype.value_or(b->plan.dtype) : b->plan.dtype;
+    b->reduced = empty({b->shard.end - b->shard.begin}, {dtype, b->plan.device});
+    if (dtype != b->plan.dtype) b->narrow_grads = b->grads.to(dtype);
     b->reducing =
-        group_->reduce_scatter(b->reduced, b->grads, ReduceOp::avg, "ZeRO gradient shard");
+        group_->reduce_scatter(b->reduced, dtype != b->plan.dtype ? b->narrow_grads : b->grads,
+                               ReduceOp::avg, "ZeRO gradient shard");
   }
 }
 
@@ -265,8 +309,8 @@ void ZeroRedundancyOptimizer::wait_reductions() {
 void ZeroRedundancyOptimizer::land_reduction(Buffer& b) {
   if (!b.reducing) return;
   wait_counted(b.reducing, stats_.reduce_wait_seconds);
-  b.shard_grad.add_(b.reduced);
-  b.reduced = Tensor();
+  b.shard_grad.add_(b.reduced);  // (widened from reduce_dtype)
+  b.reduced = b.narrow_grads = Tensor();
   const std::vector<Tensor>& params = groups_[0];
   for (size_t i : b.plan.params) params[i].set_grad(Tensor());
   b.grads = Tensor();

@@ -222,7 +222,10 @@ class ZeroStrategy final : public Strategy {
     // optimizer over it would still apply weight decay to its zero gradient).
     const std::vector<Tensor> params = updated_parameters();
     dist::ShardUnits units;
-    dist::ZeroOptions zero_options{.stage = Stage, .units = {}};
+    dist::ZeroOptions zero_options{.stage = Stage,
+                                   .units = {},
+                                   .gather_dtype = options_.gather_dtype,
+                                   .reduce_dtype = options_.reduce_dtype};
     if (Stage > 1) {
       units = dist::plan_shard_units(*model_, params, options_.shard_units);
       zero_options.units = units.params;
@@ -309,7 +312,14 @@ const std::vector<StrategyInfo>& strategies() {
 std::unique_ptr<Strategy> make_strategy(const std::string& name, StrategyOptions options) {
   std::ostringstream names;
   for (const StrategyInfo& s : strategies()) {
-    if (name == s.name) return s.make(options);
+    if (name != s.name) continue;
+    std::unique_ptr<Strategy> strategy = s.make(options);
+    GRADUS_CHECK((!options.gather_dtype && !options.reduce_dtype) ||
+                     strategy->caps().sharded_optimizer_state,
+                 ValueError, "train: strategy ", name,
+                 " has no sharded communication whose dtype a gather or reduce dtype could set "
+                 "(zero2, fsdp)");
+    return strategy;
     names << (names.tellp() > 0 ? ", " : "") << s.name;
   }
   throw ValueError("train: no strategy '" + name + "' (registered: " + names.str() + ")");

@@ -78,6 +78,8 @@ checkpoint-every|--checkpoint-dir $W/CK --checkpoint-every 1|ok|--checkpoint-dir
 keep-checkpoints|--checkpoint-dir $W/CK --keep-checkpoints 1|ok|--checkpoint-dir $W/CK --keep-checkpoints 1|ok
 async-checkpoint|--checkpoint-dir $W/CK --async-checkpoint|ok|--checkpoint-dir $W/CK --async-checkpoint --checkpoint-every 1|ok
 checkpoint-format|--checkpoint-dir $W/CK --checkpoint-format sharded|refuse|--checkpoint-dir $W/CK --checkpoint-format sharded|refuse
+gather-dtype|--gather-dtype bf16|refuse|--gather-dtype bf16|refuse
+reduce-dtype|--reduce-dtype bf16|refuse|--reduce-dtype bf16|refuse
 resume|--checkpoint-dir $W/CK --resume|ok|--checkpoint-dir $W/CK --resume|ok
 resume-or-start|--checkpoint-dir $W/CK --resume-or-start|ok|--checkpoint-dir $W/CK --resume-or-start|ok
 save|--save $W/s.safetensors|ok|--save $W/s.safetensors|ok

@@ -288,3 +288,97 @@ TEST(FullyShard, SavesTheWholeModelOnePartAtATime) {
 
 }  // namespace
 }  // namespace gradus::testing
+
+namespace gradus::testing {
+namespace {
+
+// Mixed precision of fsdp's communication (ZeroOptions::gather_dtype, reduce_dtype): with
+// parameters gathered in bf16, each step computes with the master weights rounded to bf16 and
+// applies the gradient to the float64 masters, as one process does when it rounds a copy of its
+// weights for each step; a checkpoint's gather is exact. Gradients reduce-scattered in bf16 end
+// within bf16's rounding of the float64 reduction. (A world of one communicates nothing: its
+// weights and gradients are never rounded.)
+class FullyShardedMixedPrecision : public ::testing::TestWithParam<bool> {};
+
+TEST_P(FullyShardedMixedPrecision, ComputesWithRoundedWeightsAndUpdatesTheMasters) {
+  const bool reduce_bf16 = GetParam();
+  const uint64_t seed = shared_seed();
+  const int size = dist::world_size(), rank = dist::rank();
+  const int64_t rows = 2, t = tiny_gpt().block_size;
+  auto model = build_gpt(seed);
+  train::StrategyOptions options;
+  options.gather_dtype = DType::bf16;
+  if (reduce_bf16) options.reduce_dtype = DType::bf16;
+  auto strategy = train::make_strategy("fsdp", options);
+  strategy->setup(model, [](std::vector<Tensor> p) { return gpt_optimizer("sgd", p); });
+  auto master = build_gpt(seed);
+  auto rounded = build_gpt(seed);
+  auto master_opt = gpt_optimizer("sgd", master->parameters());
+  amp::GradScaler no_scaling({.enabled = false});
+  for (int64_t step = 0; step < 3; ++step) {
+    const Tensor idx = tokens({rows * size, t}, seed + 10 + static_cast<uint64_t>(step));
+    const Tensor targets = tokens({rows * size, t}, seed + 40 + static_cast<uint64_t>(step));
+    strategy->optimizer().zero_grad();
+    strategy->before_forward();
+    lm_loss(strategy->module(), idx.slice(0, rank * rows, (rank + 1) * rows),
+            targets.slice(0, rank * rows, (rank + 1) * rows))
+        .backward();
+    strategy->step(no_scaling, 0.0);
+    // One process: the step's weights are the masters rounded (when gathered at all), its
+    // gradient goes to the masters.
+    const std::vector<Tensor> ps = master->parameters(), rs = rounded->parameters();
+    {
+      NoGradGuard no_grad;
+      for (size_t i = 0; i < ps.size(); ++i) {
+        Tensor r = rs[i];
+        r.copy_(size > 1 ? ps[i].to(DType::bf16).to(DType::f64) : ps[i]);
+      }
+    }
+    rounded->zero_grad();
+    lm_loss(*rounded, idx, targets).backward();
+    master_opt->zero_grad();
+    for (size_t i = 0; i < ps.size(); ++i) ps[i].set_grad(rs[i].grad().clone());
+    master_opt->step();
+  }
+  const train::FullParameters whole = strategy->full_parameters();
+  // bf16 reductions round every gradient and partial sum to 8 bits of mantissa (SGD passes that
+  // on linearly); float64 ones only reorder the sum.
+  const double tol = reduce_bf16 && size > 1 ? 2e-2 : 1e-11;
+  EXPECT_LT(params_diff(*model, *master), tol) << "seed " << seed;
+  if (reduce_bf16 && size > 1) {
+    EXPECT_GT(params_diff(*model, *master), 1e-9) << "the bf16 reduction changed nothing";
+  }
+  // The gathered scope holds the masters exactly, not their bf16 rounding.
+  double off_bf16 = 0;
+  for (const Tensor& p : model->parameters()) {
+    off_bf16 = std::max(off_bf16, max_rel_diff(p, p.to(DType::bf16).to(DType::f64)));
+  }
+  EXPECT_GT(off_bf16, 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpt, FullyShardedMixedPrecision, ::testing::Bool(),
+                         [](const auto& info) {
+                           return std::string(info.param ? "gather_and_reduce_bf16"
+                                                         : "gather_bf16");
+                         });
+
+// What the dtypes apply to is refused elsewhere, naming it.
+TEST(FullyShardedMixedPrecision, IsRefusedWhereNothingIsGatheredOrReduced) {
+  train::StrategyOptions gather;
+  gather.gather_dtype = DType::bf16;
+  EXPECT_THROW(train::make_strategy("ddp", gather), ValueError);
+  auto zero2 = train::make_strategy("zero2", gather);
+  EXPECT_THROW(zero2->setup(build_gpt(1), [](std::vector<Tensor> p) {
+    return gpt_optimizer("sgd", p);
+  }),
+               ValueError);
+  train::StrategyOptions reduce;
+  reduce.reduce_dtype = DType::i64;
+  auto fsdp = train::make_strategy("fsdp", reduce);
+  EXPECT_THROW(
+      fsdp->setup(build_gpt(1), [](std::vector<Tensor> p) { return gpt_optimizer("sgd", p); }),
+      ValueError);
+}
+
+}  // namespace
+}  // namespace gradus::testing

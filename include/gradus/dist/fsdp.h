@@ -63,8 +63,9 @@ class FullyShard {
   FullyShard(const FullyShard&) = delete;
   FullyShard& operator=(const FullyShard&) = delete;
 
-  // Every unit's whole parameters (collective); release_all(true) first makes the shards take
-  // what was written into them meanwhile (a checkpoint's load).
+  // Every unit's whole parameters, exactly (collective; never rounded to ZeroOptions::
+  // gather_dtype); release_all(true) first makes the shards take what was written into them
+  // meanwhile (a checkpoint's load).
   void gather_all();
   void release_all(bool adopt_writes);
   // One unit at a time (unit 0 is the root): its parameters, and the same as above.

@@ -29,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,16 @@ struct ZeroOptions {
   // Indices into the parameter list, per unit (every parameter in exactly one; a unit may be
   // empty). Empty: one unit of every parameter.
   std::vector<std::vector<size_t>> units = {};
+  // Mixed precision (FSDP2's MixedPrecisionPolicy, for the communication): the dtype the shards
+  // travel in when a unit is gathered for compute (stage 3; bf16 or f16 halves the all-gather's
+  // bytes; the whole parameters are those values widened back, so they are the master values
+  // rounded once, which is what autocast's matrix products read anyway), and the dtype gradients
+  // are reduce-scattered in (stages 2 and 3; the gradient shard and the master shards stay in the
+  // parameters' dtype). Unset: the parameters' dtype. Gathers for checkpoints and loads
+  // (wait_gathered(unit, exact)) are always exact. A world of one communicates nothing, so
+  // neither applies there.
+  std::optional<DType> gather_dtype = std::nullopt;
+  std::optional<DType> reduce_dtype = std::nullopt;
 };
 
 class ZeroRedundancyOptimizer : public optim::Optimizer {
@@ -72,9 +83,11 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   size_t num_units() const { return units_.size(); }
   // Stage 3: gives the unit's whole parameters memory again and starts their all-gather from the
   // shards (a no-op when gathered or in flight; nothing to do below stage 3).
-  void gather(size_t unit);
+  // exact: in the parameters' own dtype whatever gather_dtype says (what a checkpoint reads, what
+  // a load writes into; a unit gathered rounded is gathered again).
+  void gather(size_t unit, bool exact = false);
   // gather() and waits for it: the unit's parameters hold their whole values.
-  void wait_gathered(size_t unit);
+  void wait_gathered(size_t unit, bool exact = false);
   // Stage 3: frees the unit's whole parameters (waiting for a gather in flight first).
   void release(size_t unit);
   // Stage 3: the shards take the gathered unit's whole values (what a load wrote into them).
@@ -151,6 +164,7 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   void clip_shards();
   void collect_gradients(Buffer& b);
   void land_reduction(Buffer& b);
+  void release_buffer(Buffer& b);
   ZeroOptions options_;
   bool shards_parameters_ = false;  // stage 3 over more than one rank
   Stats stats_;

@@ -70,6 +70,11 @@ struct StrategyOptions {
   // the model given to setup). Empty: each block of the model's ModuleLists and Sequentials
   // (dist::plan_shard_units).
   std::vector<nn::Module*> shard_units = {};
+  // Mixed precision of the sharded strategies' communication (dist::ZeroOptions): the dtype
+  // "fsdp" gathers parameters in for compute, and the dtype "zero2" and "fsdp" reduce-scatter
+  // gradients in. Unset: the parameters' dtype. Refused by the other strategies.
+  std::optional<DType> gather_dtype = std::nullopt;
+  std::optional<DType> reduce_dtype = std::nullopt;
   // The model when tensor parallelism splits it inside each data replica (e.g.
   // dist::TensorParallelGPT, the same object as the model given to setup, or a
   // dist::TensorParallelLayers view of it). Gradient clipping then sums the shards' squared norms
