@@ -260,4 +260,14 @@ awk '/^max_relative_difference=/ { next }
     if ($2 + 0 > bound) { printf "FAIL: --amp bf16: fsdp vs ddp: %s differs by %s (bound %g)\n", $1, $2, bound; bad = 1 } }
   END { exit bad }' "$work/compare.txt" || exit 1
 echo "gpt_strategies: --amp bf16: fsdp and ddp on 2 ranks end at one process's final loss, fsdp within 1e-3 of ddp's weights ($(tail -1 "$work/compare.txt"))"
+# fsdp gathering the parameters and reduce-scattering the gradients in bf16 (half the bytes)
+# computes with the weights rounded once (the exact check is Gpt/FullyShardedMixedPrecision): its
+# final loss within 1e-3 (relative) of one process's under the same autocast.
+launch 2 --dist fsdp --amp bf16 --gather-dtype bf16 --reduce-dtype bf16 >"$work/run.log" 2>&1 ||
+  fail "--dist fsdp --gather-dtype bf16 --reduce-dtype bf16: $(tail -3 "$work/run.log")"
+awk -v a="$(losses "$work/run.log" | awk '{print $NF}')" -v b="$(awk '{print $NF}' <<<"$bf16_reference")" \
+  'BEGIN { split(a, x, "="); split(b, y, "="); d = x[2] - y[2]; if (d < 0) d = -d
+           exit !(x[2] != "" && d <= 1e-3 * y[2]) }' ||
+  fail "--gather-dtype bf16 --reduce-dtype bf16 ended at $(losses "$work/run.log"), one process $bf16_reference"
+echo "gpt_strategies: fsdp with bf16 gathers and reductions ends within 1e-3 of one process's --amp bf16 loss"
 echo "gpt_strategies: $runs layouts: PASS"
