@@ -477,6 +477,7 @@ ZeroRedundancyOptimizer::ShardedState ZeroRedundancyOptimizer::sharded_state() c
   }
   out.scalars.scalars["param_groups.0.num_params"] = static_cast<double>(params.size());
   out.state_dtypes.resize(params.size());
+  out.ranges_by_rank.resize(static_cast<size_t>(group_->size()));
   for (size_t b = 0; b < buffers_.size(); ++b) {
     const Buffer& buf = *buffers_[b];
     const std::string prefix = "state." + std::to_string(b) + ".";
@@ -489,11 +490,20 @@ ZeroRedundancyOptimizer::ShardedState ZeroRedundancyOptimizer::sharded_state() c
       for (const auto& [k, t] : local.tensors) {
         if (k.starts_with(prefix)) out.state_dtypes[i][k.substr(prefix.size())] = t.dtype();
       }
-      // The parameter's elements in the flat buffer, cut to this rank's shard.
+      // The parameter's elements in the flat buffer, cut to each rank's shard.
       const int64_t first = buf.plan.offsets[j], last = first + params[i].numel();
+      const int64_t per = buf.shard.padded_numel / group_->size();
+      for (int r = 0; r < group_->size(); ++r) {
+        const int64_t lo = std::max(first, r * per), hi = std::min(last, (r + 1) * per);
+        if (lo < hi)
+          out.ranges_by_rank[static_cast<size_t>(r)].push_back({i, lo - first, hi - first});
+      }
       const int64_t lo = std::max(first, buf.shard.begin), hi = std::min(last, buf.shard.end);
       if (lo >= hi) continue;
-      OwnedSlice slice{i, lo - first, hi - first, {}, {}};
+      OwnedSlice slice;
+      slice.param = i;
+      slice.begin = lo - first;
+      slice.end = hi - first;
       const int64_t at = lo - buf.shard.begin, until = hi - buf.shard.begin;
       slice.values = buf.shard_param.detach().slice(0, at, until);
       for (const auto& [k, t] : local.tensors) {

@@ -53,12 +53,19 @@ int64_t shard_step(const std::string& name) {
   return ec == std::errc() && p == last && last > first ? step : -1;
 }
 
+json ranges_json(const ShardRanges& ranges) {
+  json j = json::object();
+  for (const auto& [name, range] : ranges) j[name] = {range.first, range.second};
+  return j;
+}
+
 // What the index says of its set.
 struct SetIndex {
   std::string id;
   int world = 0;
   int64_t step = 0;
   std::vector<ShardedTensor> tensors;
+  std::vector<json> pieces;  // per rank: name -> [begin, end]
   std::vector<std::string> model_order;
 };
 
@@ -73,15 +80,17 @@ SetIndex parse_index(const std::string& path, const std::map<std::string, std::s
                                dtype_from_name(t.at(1).get<std::string>()),
                                t.at(2).get<std::vector<int64_t>>()});
     }
+    for (const json& p : j.at("pieces")) index.pieces.push_back(p);
     index.model_order = j.at("model_order").get<std::vector<std::string>>();
     index.step = std::stoll(meta.at("step"));
   } catch (const std::exception& e) {
     throw IOError(detail::str_cat(path, ": metadata '", ckpt::kShardsKey,
                                   "' of the checkpoint set is unreadable: ", e.what()));
   }
-  GRADUS_CHECK(index.world >= 1 && !index.id.empty(), IOError, path, ": metadata '",
-               ckpt::kShardsKey, "' names a set of ", index.world, " shard(s) with id '", index.id,
-               "'");
+  GRADUS_CHECK(index.world >= 1 && !index.id.empty() &&
+                   index.pieces.size() == static_cast<size_t>(index.world),
+               IOError, path, ": metadata '", ckpt::kShardsKey, "' names a set of ", index.world,
+               " shard(s) with id '", index.id, "'");
   return index;
 }
 
@@ -130,24 +139,25 @@ std::string save_checkpoint_shard(const std::string& dir, int64_t step, int rank
                                   const std::string& set_id,
                                   const std::vector<TensorPiece>& pieces) {
   std::vector<std::pair<std::string, Tensor>> tensors;
-  json ranges = json::object();
+  ShardRanges ranges;
   for (const TensorPiece& p : pieces) {
     GRADUS_CHECK(p.begin >= 0 && p.begin <= p.end && p.end <= numel_of(p.shape) &&
                      p.values.numel() == p.end - p.begin,
                  ValueError, "checkpoint shard: the piece of '", p.name, "' holds ",
                  p.values.numel(), " elements for [", p.begin, ", ", p.end, ") of ",
                  shape_str(p.shape));
-    GRADUS_CHECK(!ranges.contains(p.name), ValueError, "checkpoint shard: two pieces of '", p.name,
-                 "'");
-    ranges[p.name] = {p.begin, p.end};
+    GRADUS_CHECK(ranges.emplace(p.name, std::make_pair(p.begin, p.end)).second, ValueError,
+                 "checkpoint shard: two pieces of '", p.name, "'");
     tensors.emplace_back(p.name, p.values.reshape({p.end - p.begin}));
   }
   ckpt::refuse_nonfinite(tensors, step);
-  std::map<std::string, std::string> meta{
-      {"format", kShardFormat},       {"format_version", "1"},
-      {"step", std::to_string(step)}, {"set", set_id},
-      {"rank", std::to_string(rank)}, {"world", std::to_string(world)},
-      {kPiecesKey, ranges.dump()}};
+  std::map<std::string, std::string> meta{{"format", kShardFormat},
+                                          {"format_version", "1"},
+                                          {"step", std::to_string(step)},
+                                          {"set", set_id},
+                                          {"rank", std::to_string(rank)},
+                                          {"world", std::to_string(world)},
+                                          {kPiecesKey, ranges_json(ranges).dump()}};
   ckpt::seal_metadata(meta, tensors);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -158,13 +168,20 @@ std::string save_checkpoint_shard(const std::string& dir, int64_t step, int rank
 }
 
 std::string save_checkpoint_index(const std::string& dir, int64_t step, const TrainingState& state,
-                                  int world, const std::string& set_id,
+                                  const std::string& set_id,
                                   const std::vector<ShardedTensor>& sharded,
+                                  const std::vector<ShardRanges>& ranges_by_rank,
                                   const std::vector<std::string>& model_order, int keep_last_k) {
   json tensors = json::array();
   for (const ShardedTensor& t : sharded) tensors.push_back({t.name, dtype_name(t.dtype), t.shape});
-  const json shards{
-      {"set", set_id}, {"world", world}, {"tensors", tensors}, {"model_order", model_order}};
+  json pieces = json::array();
+  for (const ShardRanges& ranges : ranges_by_rank) pieces.push_back(ranges_json(ranges));
+  const int world = static_cast<int>(ranges_by_rank.size());
+  const json shards{{"set", set_id},
+                    {"world", world},
+                    {"tensors", tensors},
+                    {"pieces", pieces},
+                    {"model_order", model_order}};
   return ckpt::write_checkpoint(dir, step, state, {{ckpt::kShardsKey, shards.dump()}},
                                 ckpt::kSetFormatVersion, keep_last_k);
 }
@@ -265,6 +282,8 @@ void assemble_checkpoint_set(const std::string& index_path,
     } catch (const std::exception& e) {
       throw IOError(at + ": metadata 'pieces' is unreadable: " + e.what());
     }
+    GRADUS_CHECK(ranges == index.pieces[static_cast<size_t>(r)], IOError, at,
+                 ": its pieces are not those the index names for it");
     for (const auto& [name, t] : f.tensors) {
       auto w = wholes.find(name);
       GRADUS_CHECK(w != wholes.end(), IOError, at, ": holds '", name,

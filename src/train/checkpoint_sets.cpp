@@ -46,6 +46,8 @@ SetWrite capture(const dist::ZeroRedundancyOptimizer& optimizer, const nn::Modul
   std::map<size_t, const dist::ZeroRedundancyOptimizer::OwnedSlice*> slice_of;
   for (const auto& slice : state.slices) slice_of.emplace(slice.param, &slice);
 
+  // The checkpoint names of each parameter's pieces: its model names, its optimizer state's.
+  std::vector<std::vector<std::string>> names(params.size());
   // The model under its names (a tied parameter under each of them), the rest whole.
   for (const auto& [name, t] : model.state_dict()) {
     set.model_order.push_back(name);
@@ -55,6 +57,7 @@ SetWrite capture(const dist::ZeroRedundancyOptimizer& optimizer, const nn::Modul
       continue;
     }
     const std::string key = "model." + name;
+    names[i->second].push_back(key);
     set.sharded.push_back({key, t.dtype(), t.sizes()});
     if (auto s = slice_of.find(i->second); s != slice_of.end()) {
       set.pieces.push_back({key, t.sizes(), s->second->begin, s->second->end, s->second->values});
@@ -65,10 +68,19 @@ SetWrite capture(const dist::ZeroRedundancyOptimizer& optimizer, const nn::Modul
     auto s = slice_of.find(i);
     for (const auto& [name, dtype] : state.state_dtypes[i]) {
       const std::string key = "optim.state." + std::to_string(i) + "." + name;
+      names[i].push_back(key);
       set.sharded.push_back({key, dtype, params[i].sizes()});
       if (s != slice_of.end()) {
         set.pieces.push_back(
             {key, params[i].sizes(), s->second->begin, s->second->end, s->second->state.at(name)});
+      }
+    }
+  }
+  for (const auto& ranges : state.ranges_by_rank) {
+    io::ShardRanges& shard = set.ranges_by_rank.emplace_back();
+    for (const auto& range : ranges) {
+      for (const std::string& key : names[range.param]) {
+        shard.emplace(key, std::make_pair(range.begin, range.end));
       }
     }
   }

@@ -20,7 +20,8 @@ struct SetWrite {
   io::TrainingState index;
   std::vector<io::ShardedTensor> sharded;
   std::vector<std::string> model_order;
-  std::vector<io::TensorPiece> pieces;  // this rank's shard
+  std::vector<io::TensorPiece> pieces;          // this rank's shard
+  std::vector<io::ShardRanges> ranges_by_rank;  // every rank's, for the index
 };
 
 // This rank's part of the state after `step`: the parameters the optimizer updates and their

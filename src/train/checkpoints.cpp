@@ -459,8 +459,8 @@ std::string Checkpointer::save_set(int64_t step, data::LoaderPosition next,
   last_path_ = (std::filesystem::path(options_.dir) / io::checkpoint_filename(step)).string();
   ++times_.written;
   auto write_index = [this, step](const sets::SetWrite& w) {
-    return io::save_checkpoint_index(options_.dir, step, w.index, w.world, w.id, w.sharded,
-                                     w.model_order, options_.keep);
+    return io::save_checkpoint_index(options_.dir, step, w.index, w.id, w.sharded,
+                                     w.ranges_by_rank, w.model_order, options_.keep);
   };
   if (!options_.async) {
     std::string error;

@@ -201,23 +201,23 @@ cp -r "$work/ck2" "$work/ck3"
 resumes_at_one 1 "$work/ck2" "ddp on 2 ranks -> one process"
 resumes_at_one 3 "$work/ck3" "ddp on 2 ranks -> zero1 on 3" --dist zero1
 echo "gpt_strategies: a ddp checkpoint resumed on one process and under zero1 on 3 ranks ends at the one-process weights"
-# An fsdp checkpoint (a sharded set: each rank's slices, no rank gathering the model) written on 3
+# An fsdp checkpoint (a sharded set: each rank's slices, no rank gathering the model) written on 4
 # ranks resumes on one process and under fsdp on 2 ranks; a zero1 one under fsdp.
-stop_after_3 3 "$work/ckf" --dist fsdp
+stop_after_3 4 "$work/ckf" --dist fsdp
 cp -r "$work/ckf" "$work/ckf2"
-resumes_at_one 1 "$work/ckf" "fsdp on 3 ranks -> one process"
-resumes_at_one 2 "$work/ckf2" "fsdp on 3 ranks -> fsdp on 2" --dist fsdp
+resumes_at_one 1 "$work/ckf" "fsdp on 4 ranks -> one process"
+resumes_at_one 2 "$work/ckf2" "fsdp on 4 ranks -> fsdp on 2" --dist fsdp
 stop_after_3 2 "$work/ckz" --dist zero1
 resumes_at_one 3 "$work/ckz" "zero1 on 2 ranks -> fsdp on 3" --dist fsdp
 echo "gpt_strategies: fsdp checkpoints resume on one process and under fsdp at another world size, zero1's under fsdp"
 # Under --dist fsdp (and zero1, zero2) checkpoints are sets by default: an index and one shard
 # per rank, which `gradus inspect` verifies as a whole.
 set3="$work/ckf/ckpt-0000000003"
-[ "$(ls "$set3".shard-*-of-00003.safetensors | wc -l)" = 3 ] ||
-  fail "fsdp on 3 ranks did not write a set of 3 shards: $(ls "$work/ckf")"
+[ "$(ls "$set3".shard-*-of-00004.safetensors | wc -l)" = 4 ] ||
+  fail "fsdp on 4 ranks did not write a set of 4 shards: $(ls "$work/ckf")"
 "$gradus" inspect "$set3.safetensors" >"$work/inspect.txt" 2>&1 ||
   fail "inspect of a set: $(tail -3 "$work/inspect.txt")"
-grep -q "sharded checkpoint set of 3 shard(s)" "$work/inspect.txt" &&
+grep -q "sharded checkpoint set of 4 shard(s)" "$work/inspect.txt" &&
   grep -q "verified: every shard's and the index's CRC-32s match" "$work/inspect.txt" ||
   fail "inspect did not verify the set: $(head -3 "$work/inspect.txt")"
 # A damaged shard of the newest set damages the set: a resume names it and falls back to the set

@@ -139,15 +139,19 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   // parameter i (flattened) that falls in this rank's shards, with its values and the state
   // tensors over the same elements. Together over the ranks the slices cover every element of
   // every parameter once. The tensors are views of the live shards.
-  struct OwnedSlice {
+  struct OwnedRange {
     size_t param = 0;
     int64_t begin = 0, end = 0;
+  };
+  struct OwnedSlice : OwnedRange {
     Tensor values;                        // [end - begin]
     std::map<std::string, Tensor> state;  // state name ("exp_avg") -> [end - begin]
   };
   struct ShardedState {
     optim::OptimizerState scalars;
     std::vector<OwnedSlice> slices;
+    // What every rank's slices are (this rank's included), by rank: the same on every rank.
+    std::vector<std::vector<OwnedRange>> ranges_by_rank;
     // Per parameter (all of them, held here or not): its state tensors' names and dtypes.
     std::vector<std::map<std::string, DType>> state_dtypes;
   };

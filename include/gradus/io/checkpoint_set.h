@@ -8,13 +8,14 @@
 // tensor's checkpoint name ("model.<name>", "optim.state.<i>.<name>"); a shard's metadata names
 // its set, its rank and every piece's range, and is sealed with CRC-32s like a checkpoint. The
 // index is an ordinary checkpoint file (checkpoint.h, format_version 3) holding the run metadata
-// and the tensors that are not sharded, plus metadata "shards": the set's id, its world size and
-// every sharded tensor's name, dtype and shape. A set therefore exists only once its index does
-// (the shards of a set whose index never appeared are removed on resume), is listed, pruned and
-// found by the index's name, and loads as one checkpoint: load_checkpoint() on an index reads
-// every shard, verifies it (checksums, set id, rank, the pieces covering every tensor exactly
-// once) and returns whole tensors, so a set resumes under any world size and layout. A missing or
-// damaged shard makes the whole set unusable: latest_good_checkpoint falls back past it.
+// and the tensors that are not sharded, plus metadata "shards": the set's id, its world size,
+// every sharded tensor's name, dtype and shape, and the range of each that every shard holds. A set
+// therefore exists only once its index does (the shards of a set whose index never appeared are
+// removed on resume), is listed, pruned and found by the index's name, and loads as one checkpoint:
+// load_checkpoint() on an index reads every shard, verifies it (checksums, set id, rank, its pieces
+// those the index names, the pieces covering every tensor exactly once) and returns whole tensors,
+// so a set resumes under any world size and layout. A missing or damaged shard makes the whole set
+// unusable: latest_good_checkpoint falls back past it.
 //
 // The files of a set must be visible to the rank that writes the index (one file system).
 #pragma once
@@ -52,12 +53,16 @@ struct ShardedTensor {
   DType dtype = DType::f32;
   Shape shape;
 };
+// Which elements [begin, end) of which tensors (by checkpoint name) one shard holds.
+using ShardRanges = std::map<std::string, std::pair<int64_t, int64_t>>;
 // Writes the index of the set once every shard is written: `state` holds the run metadata and
-// the tensors that are not sharded; `model_order` is the model's state_dict names in order (the
+// the tensors that are not sharded; `sharded` the others, and `ranges_by_rank` (one per rank)
+// what each shard holds of them; `model_order` is the model's state_dict names in order (the
 // sharded and the others). Then prunes to keep_last_k as save_checkpoint does. Returns its path.
 std::string save_checkpoint_index(const std::string& dir, int64_t step, const TrainingState& state,
-                                  int world, const std::string& set_id,
+                                  const std::string& set_id,
                                   const std::vector<ShardedTensor>& sharded,
+                                  const std::vector<ShardRanges>& ranges_by_rank,
                                   const std::vector<std::string>& model_order, int keep_last_k);
 
 // What an index says of its set; std::nullopt when the checkpoint is one file. IOError when the
