@@ -445,8 +445,13 @@ std::string Checkpointer::save(int64_t step, data::LoaderPosition next,
 std::string Checkpointer::save_set(int64_t step, data::LoaderPosition next,
                                    const EpochProgress& progress,
                                    std::chrono::steady_clock::time_point t0) {
-  // The set's id is agreed (a collective) before anything is written; then every rank writes its
-  // shard, and the index is written once they all are.
+  // The previous set is complete first: every rank's write of it, and on rank 0 its index, which
+  // waits for every rank's shard. The set's id is then agreed (a collective), so no rank can
+  // start this set before rank 0 has finished the previous one (two sets of one step, as a run's
+  // last checkpoint after its last step's, share file names: a shard overwritten before rank 0
+  // saw it would leave rank 0 waiting for a shard of the previous set that no longer exists).
+  // Then every rank writes its shard, and rank 0 the index once they all are.
+  wait_for_write();
   sets::SetWrite set = sets::capture(*sharded_optimizer_, model_, step);
   if (scheduler_ != nullptr) set.index.scheduler = scheduler_->state_dict();
   if (scaler_.is_enabled()) set.index.scaler = scaler_.state_dict();
@@ -459,8 +464,8 @@ std::string Checkpointer::save_set(int64_t step, data::LoaderPosition next,
   last_path_ = (std::filesystem::path(options_.dir) / io::checkpoint_filename(step)).string();
   ++times_.written;
   auto write_index = [this, step](const sets::SetWrite& w) {
-    return io::save_checkpoint_index(options_.dir, step, w.index, w.id, w.sharded,
-                                     w.ranges_by_rank, w.model_order, options_.keep);
+    return io::save_checkpoint_index(options_.dir, step, w.index, w.id, w.sharded, w.ranges_by_rank,
+                                     w.model_order, options_.keep);
   };
   if (!options_.async) {
     std::string error;
@@ -486,7 +491,6 @@ std::string Checkpointer::save_set(int64_t step, data::LoaderPosition next,
     times_.write_seconds += took;
     return last_path_;
   }
-  wait_for_write();
   sets::copy_to_host(set);
   writing_ = std::thread([this, set = std::move(set), step, write_index] {
     const auto w0 = std::chrono::steady_clock::now();

@@ -98,6 +98,10 @@ TEST_P(CheckpointSets, HoldWhatTheConsolidatedCheckpointHolds) {
     sets.save(step, {0, step}, progress);
     single.save(step, {0, step}, progress);
   }
+  // A second checkpoint of the last step at another loader position (a run's final checkpoint
+  // after its last step's) replaces the set: its shards share the first one's names.
+  sets.save(3, {1, 0}, {});
+  single.save(3, {1, 0}, {});
   sets.finish();
   single.finish();
   dist::default_group()->barrier()->wait();
@@ -109,6 +113,7 @@ TEST_P(CheckpointSets, HoldWhatTheConsolidatedCheckpointHolds) {
   const std::string index3 = sets_dir + "/" + io::checkpoint_filename(3);
   const std::string index2 = sets_dir + "/" + io::checkpoint_filename(2);
   const io::TrainingState from_set = io::load_checkpoint(index3);
+  EXPECT_EQ(from_set.epoch, 1);
   expect_same_state(from_set, io::load_checkpoint(single_dir + "/" + io::checkpoint_filename(3)));
   ASSERT_TRUE(io::verify_checkpoint(index3).empty());
   ASSERT_EQ(from_set.optimizer.tensors.size(), 2 * model->parameters().size());
