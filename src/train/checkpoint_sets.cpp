@@ -6,6 +6,7 @@
 
 #include "gradus/core/random.h"
 #include "gradus/ops.h"
+#include "train/host_copy.h"
 
 namespace gradus::train::sets {
 
@@ -88,11 +89,15 @@ SetWrite capture(const dist::ZeroRedundancyOptimizer& optimizer, const nn::Modul
 }
 
 void copy_to_host(SetWrite& set) {
-  auto own = [](const Tensor& t) { return t.defined() ? t.detach().to(Device::cpu()).clone() : t; };
+  std::vector<Tensor> all;
+  for (const auto& [name, t] : set.index.model) all.push_back(t);
+  for (const io::TensorPiece& p : set.pieces) all.push_back(p.values);
+  const std::vector<Tensor> copies = host_copies(all);
+  size_t i = 0;
   nn::StateDict model;
-  for (const auto& [name, t] : set.index.model) model.insert(name, own(t));
+  for (const auto& [name, t] : set.index.model) model.insert(name, copies[i++]);
   set.index.model = std::move(model);
-  for (io::TensorPiece& p : set.pieces) p.values = own(p.values);
+  for (io::TensorPiece& p : set.pieces) p.values = copies[i++];
 }
 
 }  // namespace gradus::train::sets

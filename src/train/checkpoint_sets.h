@@ -29,7 +29,8 @@ struct SetWrite {
 // collective (the ranks agree on the set's id); the tensors are views of the live state.
 SetWrite capture(const dist::ZeroRedundancyOptimizer& optimizer, const nn::Module& model,
                  int64_t step);
-// Replaces every tensor by a host copy of its own (an asynchronous write outlives the step).
+// Replaces every tensor by a host copy of its own (host_copies: an asynchronous write outlives
+// the step).
 void copy_to_host(SetWrite& set);
 
 }  // namespace gradus::train::sets

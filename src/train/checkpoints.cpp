@@ -17,6 +17,7 @@
 #include "gradus/io/io.h"
 #include "gradus/ops.h"
 #include "train/checkpoint_sets.h"
+#include "train/host_copy.h"
 
 namespace gradus::train {
 
@@ -355,15 +356,19 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The state's tensors as host copies of their own: what training goes on to change (the
-// parameters, the optimizer's moments) must not reach a file written later.
+// The state's tensors as host copies of their own (host_copies).
 void detach_to_host(io::TrainingState& s) {
-  auto own = [](const Tensor& t) { return t.defined() ? t.detach().to(Device::cpu()).clone() : t; };
+  std::vector<Tensor> all;
+  for (const auto& [name, t] : s.model) all.push_back(t);
+  for (const auto& [key, t] : s.optimizer.tensors) all.push_back(t);
+  for (const auto& [key, t] : s.extra_tensors) all.push_back(t);
+  const std::vector<Tensor> copies = host_copies(all);
+  size_t i = 0;
   nn::StateDict model;
-  for (const auto& [name, t] : s.model) model.insert(name, own(t));
+  for (const auto& [name, t] : s.model) model.insert(name, copies[i++]);
   s.model = std::move(model);
-  for (auto& [key, t] : s.optimizer.tensors) t = own(t);
-  for (auto& [key, t] : s.extra_tensors) t = own(t);
+  for (auto& [key, t] : s.optimizer.tensors) t = copies[i++];
+  for (auto& [key, t] : s.extra_tensors) t = copies[i++];
 }
 }  // namespace
 
