@@ -83,16 +83,9 @@ TEST_P(CheckpointSets, HoldWhatTheConsolidatedCheckpointHolds) {
                            strategy->optimizer(), nullptr, no_scaling, "{}", rank == 0);
   train::Checkpointer single({.dir = single_dir, .full_parameters = whole}, *model,
                              strategy->optimizer(), nullptr, no_scaling, "{}", rank == 0);
-  const int64_t rows = 2, t = tiny_gpt().block_size;
+  const int64_t rows = 2;
   for (int64_t step = 1; step <= 3; ++step) {
-    const Tensor idx = tokens({rows * size, t}, seed + 10 + static_cast<uint64_t>(step));
-    const Tensor targets = tokens({rows * size, t}, seed + 40 + static_cast<uint64_t>(step));
-    strategy->optimizer().zero_grad();
-    strategy->before_forward();
-    lm_loss(strategy->module(), idx.slice(0, rank * rows, (rank + 1) * rows),
-            targets.slice(0, rank * rows, (rank + 1) * rows))
-        .backward();
-    strategy->step(no_scaling, 0.0);
+    strategy_step(*strategy, token_batch(rows * size, seed, step), rank, rows);
     const train::EpochProgress progress{
         .loss_sum = 0.5 * static_cast<double>(step), .samples = step, .last_lr = 1e-2};
     sets.save(step, {0, step}, progress);

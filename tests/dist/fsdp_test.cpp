@@ -304,7 +304,7 @@ TEST_P(FullyShardedMixedPrecision, ComputesWithRoundedWeightsAndUpdatesTheMaster
   const bool reduce_bf16 = GetParam();
   const uint64_t seed = shared_seed();
   const int size = dist::world_size(), rank = dist::rank();
-  const int64_t rows = 2, t = tiny_gpt().block_size;
+  const int64_t rows = 2;
   auto model = build_gpt(seed);
   train::StrategyOptions options;
   options.gather_dtype = DType::bf16;
@@ -314,16 +314,9 @@ TEST_P(FullyShardedMixedPrecision, ComputesWithRoundedWeightsAndUpdatesTheMaster
   auto master = build_gpt(seed);
   auto rounded = build_gpt(seed);
   auto master_opt = gpt_optimizer("sgd", master->parameters());
-  amp::GradScaler no_scaling({.enabled = false});
   for (int64_t step = 0; step < 3; ++step) {
-    const Tensor idx = tokens({rows * size, t}, seed + 10 + static_cast<uint64_t>(step));
-    const Tensor targets = tokens({rows * size, t}, seed + 40 + static_cast<uint64_t>(step));
-    strategy->optimizer().zero_grad();
-    strategy->before_forward();
-    lm_loss(strategy->module(), idx.slice(0, rank * rows, (rank + 1) * rows),
-            targets.slice(0, rank * rows, (rank + 1) * rows))
-        .backward();
-    strategy->step(no_scaling, 0.0);
+    const TokenBatch batch = token_batch(rows * size, seed, step);
+    strategy_step(*strategy, batch, rank, rows);
     // One process: the step's weights are the masters rounded (when gathered at all), its
     // gradient goes to the masters.
     const std::vector<Tensor> ps = master->parameters(), rs = rounded->parameters();
@@ -335,7 +328,7 @@ TEST_P(FullyShardedMixedPrecision, ComputesWithRoundedWeightsAndUpdatesTheMaster
       }
     }
     rounded->zero_grad();
-    lm_loss(*rounded, idx, targets).backward();
+    lm_loss(*rounded, batch.idx, batch.targets).backward();
     master_opt->zero_grad();
     for (size_t i = 0; i < ps.size(); ++i) ps[i].set_grad(rs[i].grad().clone());
     master_opt->step();
@@ -356,11 +349,9 @@ TEST_P(FullyShardedMixedPrecision, ComputesWithRoundedWeightsAndUpdatesTheMaster
   EXPECT_GT(off_bf16, 1e-6);
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpt, FullyShardedMixedPrecision, ::testing::Bool(),
-                         [](const auto& info) {
-                           return std::string(info.param ? "gather_and_reduce_bf16"
-                                                         : "gather_bf16");
-                         });
+INSTANTIATE_TEST_SUITE_P(Gpt, FullyShardedMixedPrecision, ::testing::Bool(), [](const auto& info) {
+  return std::string(info.param ? "gather_and_reduce_bf16" : "gather_bf16");
+});
 
 // What the dtypes apply to is refused elsewhere, naming it.
 TEST(FullyShardedMixedPrecision, IsRefusedWhereNothingIsGatheredOrReduced) {
@@ -368,10 +359,9 @@ TEST(FullyShardedMixedPrecision, IsRefusedWhereNothingIsGatheredOrReduced) {
   gather.gather_dtype = DType::bf16;
   EXPECT_THROW(train::make_strategy("ddp", gather), ValueError);
   auto zero2 = train::make_strategy("zero2", gather);
-  EXPECT_THROW(zero2->setup(build_gpt(1), [](std::vector<Tensor> p) {
-    return gpt_optimizer("sgd", p);
-  }),
-               ValueError);
+  EXPECT_THROW(
+      zero2->setup(build_gpt(1), [](std::vector<Tensor> p) { return gpt_optimizer("sgd", p); }),
+      ValueError);
   train::StrategyOptions reduce;
   reduce.reduce_dtype = DType::i64;
   auto fsdp = train::make_strategy("fsdp", reduce);

@@ -9,6 +9,7 @@
 #include "gradus/nn/gpt.h"
 #include "gradus/ops.h"
 #include "gradus/optim/optim.h"
+#include "gradus/train/strategy.h"
 #include "support/test_util.h"
 
 namespace gradus::testing {
@@ -48,6 +49,29 @@ inline Tensor tokens(const Shape& shape, uint64_t seed) {
 inline Tensor lm_loss(nn::Module& model, const Tensor& idx, const Tensor& targets) {
   const Tensor logits = model(idx);
   return cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+// A global batch of `rows` token windows and their targets, drawn from the seed and the step (the
+// same on every rank).
+struct TokenBatch {
+  Tensor idx, targets;
+};
+inline TokenBatch token_batch(int64_t rows, uint64_t seed, int64_t step) {
+  const int64_t t = tiny_gpt().block_size;
+  return {tokens({rows, t}, seed + 10 + static_cast<uint64_t>(step)),
+          tokens({rows, t}, seed + 40 + static_cast<uint64_t>(step))};
+}
+
+// One step of `strategy` on this rank's `rows` rows of the global batch.
+inline void strategy_step(train::Strategy& strategy, const TokenBatch& batch, int rank,
+                          int64_t rows) {
+  static amp::GradScaler no_scaling({.enabled = false});
+  strategy.optimizer().zero_grad();
+  strategy.before_forward();
+  lm_loss(strategy.module(), batch.idx.slice(0, rank * rows, (rank + 1) * rows),
+          batch.targets.slice(0, rank * rows, (rank + 1) * rows))
+      .backward();
+  strategy.step(no_scaling, 0.0);
 }
 
 }  // namespace gradus::testing
