@@ -145,6 +145,13 @@ int run_inspect(const InspectOptions& o) {
   std::printf("%s: valid safetensors file, %zu tensors, %llu bytes of data, %llu-byte header\n",
               o.path.c_str(), h.entries.size(), static_cast<unsigned long long>(data_bytes),
               static_cast<unsigned long long>(h.data_start - 8));
+  if (meta("format") == "gradus.checkpoint.shard") {
+    std::printf(
+        "gradus checkpoint shard: rank %s of %s of the set at step %s (id %s); its index, "
+        "%s.safetensors, verifies the whole set\n",
+        meta("rank").c_str(), meta("world").c_str(), meta("step").c_str(), meta("set").c_str(),
+        o.path.substr(0, o.path.rfind(".shard-")).c_str());
+  }
   if (checkpoint) {
     std::printf("gradus checkpoint: step %s, next batch %s of epoch %s (0-based), optimizer %s\n",
                 meta("step").c_str(), meta("batch_index").c_str(), meta("epoch").c_str(),
