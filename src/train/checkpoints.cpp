@@ -473,19 +473,20 @@ std::string Checkpointer::save_set(int64_t step, data::LoaderPosition next,
                                      w.model_order, options_.keep);
   };
   if (!options_.async) {
-    std::string error;
+    std::exception_ptr error;
     try {
       io::save_checkpoint_shard(options_.dir, step, set.rank, set.world, set.id, set.pieces);
-    } catch (const Error& e) {
-      error = e.what();
+    } catch (const Error&) {
+      error = std::current_exception();
     }
-    // Every rank learns whether every shard was written (the lowest failing rank is named).
-    Tensor failed = tensor({error.empty() ? 0.0 : static_cast<double>(set.world - set.rank)}, {1},
+    // Every rank learns whether every shard was written (the lowest failing rank is named); a
+    // failing rank throws its own error.
+    Tensor failed = tensor({error ? static_cast<double>(set.world - set.rank) : 0.0}, {1},
                            {.dtype = DType::f64});
     sharded_optimizer_->group()
         .all_reduce(failed, dist::ReduceOp::max, "checkpoint shards")
         ->wait();
-    GRADUS_CHECK(error.empty(), IOError, error);
+    if (error) std::rethrow_exception(error);
     const int failing = static_cast<int>(failed.item());
     GRADUS_CHECK(failing == 0, IOError, options_.who, ": rank ", set.world - failing,
                  " could not write its shard of the checkpoint at step ", step,

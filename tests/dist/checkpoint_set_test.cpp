@@ -6,6 +6,7 @@
 // set never got its index are removed.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -111,6 +112,31 @@ TEST_P(CheckpointSets, HoldWhatTheConsolidatedCheckpointHolds) {
   ASSERT_TRUE(io::verify_checkpoint(index3).empty());
   ASSERT_EQ(from_set.optimizer.tensors.size(), 2 * model->parameters().size());
   dist::default_group()->barrier()->wait();
+
+  if (!async) {
+    // A diverged weight in one rank's slice: that rank refuses to write it (naming it), every other
+    // rank learns that the set was not written, and no index appears.
+    {
+      const train::FullParameters held = strategy->full_parameters();
+      NoGradGuard no_grad;
+      model->parameters()[0].detach().fill_(std::nan(""));
+    }
+    try {
+      sets.save(4, {0, 4}, {});
+      ADD_FAILURE() << "a set with a non-finite weight was written";
+    } catch (const Error& e) {
+      EXPECT_TRUE(std::string(e.what()).find("non-finite") != std::string::npos ||
+                  std::string(e.what()).find("could not write its shard") != std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(fs::exists(sets_dir + "/" + io::checkpoint_filename(4)));
+    dist::default_group()->barrier()->wait();
+    // The shards the other ranks wrote are orphans, removed as a resume removes them.
+    if (rank == 0) {
+      EXPECT_LT(io::remove_orphan_checkpoint_shards(sets_dir), size);
+    }
+    dist::default_group()->barrier()->wait();
+  }
 
   if (rank == 0) {
     // A flipped bit in the last shard's data: the set is damaged as a whole, and the fallback
