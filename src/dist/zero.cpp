@@ -4,9 +4,9 @@
 #include <chrono>
 #include <cmath>
 
-#include "backend/backend.h"
 #include "dist/flat.h"
 #include "gradus/autograd.h"
+#include "gradus/autograd/raw_copy.h"
 #include "gradus/ops.h"
 
 namespace gradus::dist {
@@ -201,7 +201,7 @@ void ZeroRedundancyOptimizer::wait_gathered(size_t unit, bool exact) {
     if (b->rounded) {
       // Widened into the parameters' memory as the all-gather would have written it: without a
       // version bump, so a backward that saved them before they were freed still accepts them.
-      backend::backend_for(b->params).copy(b->narrow_whole, b->params);
+      copy_unversioned(b->narrow_whole, b->params);
       b->narrow_shard = b->narrow_whole = Tensor();
     }
     b->gathered = true;

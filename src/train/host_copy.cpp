@@ -2,7 +2,7 @@
 
 #include <memory>
 
-#include "backend/backend.h"
+#include "gradus/autograd/raw_copy.h"
 #include "gradus/core/cuda.h"
 #include "gradus/ops.h"
 
@@ -49,7 +49,7 @@ std::vector<Tensor> host_copies(const std::vector<Tensor>& tensors) {
                     [block](StorageImpl* s) { delete s; });
     out[i] = Tensor(std::make_shared<TensorImpl>(storage, src.sizes(),
                                                  contiguous_strides(src.sizes()), 0, src.dtype()));
-    if (nbytes > 0) backend::backend_for(src).copy_to_host(src, p);
+    copy_to_host_memory(src, p);
   }
   return out;
 }
