@@ -220,9 +220,9 @@ set3="$work/ckf/ckpt-0000000003"
 grep -q "sharded checkpoint set of 4 shard(s)" "$work/inspect.txt" &&
   grep -q "verified: every shard's and the index's CRC-32s match" "$work/inspect.txt" ||
   fail "inspect did not verify the set: $(head -3 "$work/inspect.txt")"
-"$gradus" inspect "$set3.shard-00001-of-00004.safetensors" 2>&1 |
-  grep -q "gradus checkpoint shard: rank 1 of 4 of the set at step 3 .*$set3.safetensors, verifies" ||
-  fail "inspect of a shard does not name its set and index"
+"$gradus" inspect "$set3.shard-00001-of-00004.safetensors" >"$work/inspect.txt" 2>&1
+grep -q "gradus checkpoint shard: rank 1 of 4 of the set at step 3 .*$set3.safetensors, verifies" \
+  "$work/inspect.txt" || fail "inspect of a shard does not name its set and index: $(head -2 "$work/inspect.txt")"
 # A damaged shard of the newest set damages the set: a resume names it and falls back to the set
 # before, and still ends at the one-process weights.
 run_np 3 --dist fsdp --checkpoint-dir "$work/ckd" --checkpoint-every 1 --stop-after-steps 3 \

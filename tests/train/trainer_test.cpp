@@ -222,8 +222,12 @@ TEST(Trainer, AnAsynchronousWriteErrorStopsTheRunNamingTheFile) {
   int steps = 0;
   t.on_step = [&](const train::StepReport&) {
     if (++steps == 2) {
-      fs::remove_all(blocked);
-      std::ofstream(blocked.string()) << "not a directory";
+      // (A write starting meanwhile may create the directory again before the file replaces
+      // it: until a file stands there, which every later write then fails on.)
+      do {
+        fs::remove_all(blocked);
+        std::ofstream(blocked.string()) << "not a directory";
+      } while (!fs::is_regular_file(blocked));
     }
   };
   data::DataLoader loader = make_loader(data, seed);
