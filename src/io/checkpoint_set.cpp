@@ -118,6 +118,18 @@ std::string shard_path(const std::string& dir, int64_t step, int rank, int world
   return (fs::path(dir) / checkpoint_shard_filename(step, rank, world)).string();
 }
 
+// Empty when rank r's shard file of the set exists, is complete (its header checks against its
+// size) and says it is that shard; what is wrong otherwise. Reads the header only.
+std::string shard_header_problem(const std::string& dir, int64_t step, int rank, int world,
+                                 const std::string& set_id) {
+  try {
+    const SafetensorsHeader h = read_safetensors_header(shard_path(dir, step, rank, world));
+    return shard_identity_problem(h.metadata, step, rank, world, set_id);
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
 // How a shard is named in messages about its set.
 std::string where(const std::string& index_path, int64_t step, int rank, int world) {
   return detail::str_cat(index_path, ": shard ", rank, " of ", world, " (",
@@ -197,12 +209,7 @@ std::vector<int> missing_checkpoint_shards(const std::string& dir, int64_t step,
                                            const std::string& set_id) {
   std::vector<int> missing;
   for (int r = 0; r < world; ++r) {
-    try {
-      const SafetensorsHeader h = read_safetensors_header(shard_path(dir, step, r, world));
-      if (shard_identity_problem(h.metadata, step, r, world, set_id).empty()) continue;
-    } catch (const Error&) {
-    }
-    missing.push_back(r);
+    if (!shard_header_problem(dir, step, r, world, set_id).empty()) missing.push_back(r);
   }
   return missing;
 }
@@ -234,16 +241,9 @@ std::vector<std::string> set_header_problems(const std::string& index_path,
   const std::string dir = fs::path(index_path).parent_path().string();
   std::vector<std::string> problems;
   for (int r = 0; r < index.world; ++r) {
-    try {
-      const SafetensorsHeader h =
-          read_safetensors_header(shard_path(dir, index.step, r, index.world));
-      const std::string wrong =
-          shard_identity_problem(h.metadata, index.step, r, index.world, index.id);
-      if (!wrong.empty())
-        problems.push_back(where(index_path, index.step, r, index.world) + ": " + wrong);
-    } catch (const Error& e) {
-      problems.push_back(where(index_path, index.step, r, index.world) + ": " + e.what());
-    }
+    const std::string wrong = shard_header_problem(dir, index.step, r, index.world, index.id);
+    if (!wrong.empty())
+      problems.push_back(where(index_path, index.step, r, index.world) + ": " + wrong);
   }
   return problems;
 }
