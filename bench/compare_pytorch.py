@@ -15,6 +15,7 @@ runs as a fresh process per measurement, like a user would run it. See bench/REA
 """
 
 import argparse
+import contextlib
 import datetime
 import glob
 import json
@@ -101,11 +102,15 @@ def worker_main(args):
         ys = [torch.randint(0, 10, (req["batch"],), device=device) for _ in range(BENCH_BATCHES)]
         counter = [0]
 
+        autocast = (torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+                    if req.get("amp") == "bf16" else contextlib.nullcontext())
+
         def step():
             i = counter[0] % BENCH_BATCHES
             counter[0] += 1
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(xs[i]), ys[i])
+            with autocast:
+                loss = F.cross_entropy(model(xs[i]), ys[i])
             loss.backward()
             opt.step()
             return loss.item()  # waits for the device, like gradus bench
@@ -278,6 +283,9 @@ def main():
     p.add_argument("--gemm", type=int, default=1024, help="GEMM size N (0: skip)")
     p.add_argument("--gemm-dtype", choices=["f32", "bf16", "f16"], default="f32",
                    help="dtype of the GEMM operands")
+    p.add_argument("--amp", choices=["off", "bf16"], default="off",
+                   help="bf16: both sides' steps under bf16 autocast (gradus bench --amp bf16, "
+                        "torch.autocast)")
     p.add_argument("--adam", choices=["default", "foreach", "fused"], default="default",
                    help="PyTorch Adam implementation (default: what PyTorch picks)")
     p.add_argument("--openblas-coretype", metavar="NAME",
@@ -336,7 +344,7 @@ def main():
                     res = run_gradus(binary, ["--model", model, "--batch-size", batch,
                                               "--steps", args.steps, "--warmup", args.warmup,
                                               "--repeats", 1, "--threads", args.threads,
-                                              "--device", args.device])
+                                              "--device", args.device, "--amp", args.amp])
                     if "error" in res:
                         samples[run]["errors"].append(res["error"])
                         samples[run]["gradus"].append(None)
@@ -346,7 +354,8 @@ def main():
                             extra.setdefault(run, []).append(res["linear_gflops"])
                 else:
                     res = worker.ask({"model": model, "batch": batch, "steps": args.steps,
-                                      "warmup": args.warmup, "adam": args.adam, "seed": r})
+                                      "warmup": args.warmup, "adam": args.adam, "seed": r,
+                                      "amp": args.amp})
                     samples[run]["pytorch"].append(res["ms_per_step"])
             log(f"  repeat {r + 1}/{args.repeats} {model}@{batch}: gradus "
                 f"{fmt(samples[run]['gradus'][-1])} ms, PyTorch {fmt(samples[run]['pytorch'][-1])} ms")
@@ -395,7 +404,7 @@ def main():
     if core:
         print(f"OpenBLAS kernels: {core}")
     print(f"{info['gradus']} vs PyTorch {info['torch']}; {args.threads} threads, device "
-          f"{args.device}, float32, Adam(lr=1e-3), cross-entropy; medians of {args.repeats} "
+          f"{args.device}, {'bf16 autocast' if args.amp == 'bf16' else 'float32'}, Adam(lr=1e-3), cross-entropy; medians of {args.repeats} "
           f"alternating runs x {args.steps} steps\n")
     header = (f"{'model':<10} {'batch':>5} {'gradus ms':>10} {'PyTorch ms':>11} "
               f"{'gradus/PyTorch':>15} {'gradus smp/s':>13} {'PyTorch smp/s':>14}")

@@ -27,6 +27,16 @@ if(NOT TARGET gradus_openblas)
 endif()
 message(STATUS "gradus: OpenBLAS ${GRADUS_OPENBLAS_LIBRARY}")
 
+# oneDNN (Debian's libdnnl-dev): bf16 GEMMs on the CPU's bf16 instructions
+# (src/backend/cpu/half_gemm.cpp). Optional: without it bf16 GEMMs convert to float32 and use
+# OpenBLAS, as they do on CPUs without those instructions.
+find_package(dnnl CONFIG QUIET HINTS ${GRADUS_DEPS_ROOT}/usr/lib/x86_64-linux-gnu/cmake/dnnl)
+if(dnnl_FOUND)
+  message(STATUS "gradus: oneDNN ${dnnl_VERSION}")
+else()
+  message(STATUS "gradus: oneDNN not found (Debian's libdnnl-dev): bf16 GEMMs convert to float32")
+endif()
+
 # MPI (OpenMPI from Debian's libopenmpi-dev): processes, launch and CPU collectives of gradus::dist.
 # Only the C API is used.
 find_package(MPI REQUIRED COMPONENTS C)

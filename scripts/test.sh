@@ -10,7 +10,7 @@ build_dir=${GRADUS_BUILD_DIR:-build}
 # bitwise and tolerance checks can depend on them, so every CI log names them.
 if [ -x "$build_dir/apps/gradus/gradus" ]; then
   echo "== OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}"
-  "$build_dir/apps/gradus/gradus" info | grep -E '^(BLAS|CPU kernels|cpu):' || true
+  "$build_dir/apps/gradus/gradus" info | grep -E '^(BLAS|CPU kernels|16-bit GEMMs|cpu):' || true
 fi
 ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" "$@"
 

@@ -108,7 +108,10 @@ int run_info(bool json) {
                                   {"cuda_backend_status", cuda::backend_status()},
                                   {"threads", get_num_threads()}};
     const CpuKernelsInfo kernels = cpu_kernels_info();
-    out["cpu_kernels"] = {{"isa", kernels.isa}, {"library", kernels.path}};
+    out["cpu_kernels"] = {{"isa", kernels.isa},
+                          {"library", kernels.path},
+                          {"half_gemm", kernels.half_gemm},
+                          {"native_bf16_gemm", kernels.native_bf16_gemm}};
     out.update(hardware_report());
     out["mpi"] = dist::mpi_version();
     out["cudnn"] = cuda::cudnn_version();
@@ -122,6 +125,7 @@ int run_info(bool json) {
   const CpuKernelsInfo kernels = cpu_kernels_info();
   std::printf("CPU kernels: %s%s%s\n", kernels.isa.c_str(), kernels.path.empty() ? "" : ", ",
               kernels.path.c_str());
+  std::printf("16-bit GEMMs: %s\n", kernels.half_gemm.c_str());
   std::printf("threads: %d (OpenMP, %d processors)\n", get_num_threads(), omp_get_num_procs());
   std::printf("host memory cache: up to %zu MiB of freed blocks (GRADUS_HOST_CACHE_MB)\n",
               host::cache_stats().limit_bytes >> 20);

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "commands.h"
+#include "gradus/core/cpu_kernels.h"
 #include "gradus/core/cuda.h"
 #include "gradus/gradus.h"
 #include "timing.h"
@@ -94,21 +95,36 @@ std::pair<std::optional<double>, std::string> cpu_f32_flops_per_cycle() {
   return {std::nullopt, "no FMA: the peak of older SIMD levels is not computed"};
 }
 
-Peak cpu_peak(DType dtype, int threads) {
-  if (dtype != DType::f32 && dtype != DType::f64) {
-    return {std::nullopt,
-            "no native " + std::string(dtype_name(dtype)) +
-                " FMA is used on the CPU (gradus multiplies half types in float32): compare with "
-                "float32's peak"};
+// FLOPs per cycle per core for dtype, or why it is unknown. bf16 counts only where gradus
+// multiplies it natively (gradus info's "16-bit GEMMs"): VDPBF16PS does two bf16 products per
+// float32 lane, twice an FMA's FLOPs; AMX's tile multiply does 1024 bf16 FLOPs a cycle.
+std::pair<std::optional<double>, std::string> cpu_flops_per_cycle(DType dtype) {
+  const CpuKernelsInfo kernels = cpu_kernels_info();
+  if (dtype == DType::f16 || (dtype == DType::bf16 && !kernels.native_bf16_gemm)) {
+    return {std::nullopt, "no native " + std::string(dtype_name(dtype)) + " GEMM on this CPU (" +
+                              kernels.half_gemm + "): compare with float32's peak"};
+  }
+  if (dtype == DType::bf16 && kernels.half_gemm.find("AMX") != std::string::npos) {
+    return {1024.0, "AMX-BF16 tile multiply, 1024 FLOP/cycle"};
   }
   const auto [per_cycle, simd] = cpu_f32_flops_per_cycle();
   if (!per_cycle) return {std::nullopt, simd};
-  const double flops = (dtype == DType::f64 ? 0.5 : 1.0) * *per_cycle;
+  if (dtype == DType::f64) return {0.5 * *per_cycle, simd + ", half the f32 lanes"};
+  if (dtype == DType::bf16) {
+    return {2.0 * *per_cycle, simd + ", VDPBF16PS: two bf16 products per f32 lane"};
+  }
+  return {*per_cycle, simd};
+}
+
+Peak cpu_peak(DType dtype, int threads) {
+  const auto [per_cycle, simd] = cpu_flops_per_cycle(dtype);
+  if (!per_cycle) return {std::nullopt, simd};
+  const double flops = *per_cycle;
   char buf[640];
   if (const std::optional<double> mhz = cpu_max_clock_mhz()) {
     std::snprintf(buf, sizeof(buf),
-                  "%d threads x %.0f MHz (cpufreq maximum) x %.0f FLOP/cycle (%s%s)", threads, *mhz,
-                  flops, simd.c_str(), dtype == DType::f64 ? ", half the f32 lanes" : "");
+                  "%d threads x %.0f MHz (cpufreq maximum) x %.0f FLOP/cycle (%s)", threads, *mhz,
+                  flops, simd.c_str());
     return {threads * *mhz * 1e6 * flops, buf};
   }
   // Without cpufreq (a VM) the maximum clock is unknown: /proc/cpuinfo shows the nominal or
@@ -118,9 +134,8 @@ Peak cpu_peak(DType dtype, int threads) {
   std::snprintf(buf, sizeof(buf),
                 "the maximum (boost) clock is unknown: no cpufreq (a VM?), and /proc/cpuinfo's "
                 "%.0f MHz is the nominal or current clock, which boost exceeds; "
-                "peak_at_nominal_clock_gflops is %d threads x %.0f MHz x %.0f FLOP/cycle (%s%s)",
-                *mhz, threads, *mhz, flops, simd.c_str(),
-                dtype == DType::f64 ? ", half the f32 lanes" : "");
+                "peak_at_nominal_clock_gflops is %d threads x %.0f MHz x %.0f FLOP/cycle (%s)",
+                *mhz, threads, *mhz, flops, simd.c_str());
   return {std::nullopt, buf, threads * *mhz * 1e6 * flops};
 }
 

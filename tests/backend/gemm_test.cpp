@@ -1,10 +1,14 @@
 // CPU batched GEMM against a naive float64 triple loop: transposes, row/column-major and padded
 // operands, broadcast batches, column-major outputs, alpha/beta, bias + activation epilogues,
-// f16/bf16, 2-D operands, many small batches, K = 0.
+// f16/bf16, 2-D operands, many small batches, K = 0; the native bf16 GEMM (oneDNN) on its own
+// over the same cases, and which path this process takes.
 #include <cmath>
+#include <cstdlib>
 #include <numbers>
 
+#include "backend/cpu/half_gemm.h"
 #include "backend_test_util.h"
+#include "gradus/core/cpu_kernels.h"
 
 namespace gradus::backend_test {
 namespace {
@@ -83,9 +87,13 @@ Tensor operand(int64_t B, int64_t R, int64_t C, int layout, DType dt, uint64_t s
   }
 }
 
+// How run_case multiplies: the CPU backend's gemm, or only the native bf16 GEMM, which must
+// take the case (no silent fallback).
+enum class Path { backend, native_bf16 };
+
 void run_case(int64_t B, int64_t M, int64_t N, int64_t K, const GemmArgs& base, DType dt,
               int layout_a, int layout_b, bool out_col_major, bool broadcast_a, uint64_t seed,
-              double rtol, double atol) {
+              double rtol, double atol, Path path = Path::backend) {
   GemmArgs args = base;
   Tensor a = args.trans_a ? operand(broadcast_a ? 1 : B, K, M, layout_a, dt, seed)
                           : operand(broadcast_a ? 1 : B, M, K, layout_a, dt, seed);
@@ -102,7 +110,12 @@ void run_case(int64_t B, int64_t M, int64_t N, int64_t K, const GemmArgs& base, 
     args.bias = &bias;
   }
   const std::vector<double> expected = ref_gemm(a, b, out, args);
-  cpu().gemm(a, b, out, args);
+  if (path == Path::native_bf16) {
+    ASSERT_TRUE(backend::cpu::native_bf16_gemm(cpu(), a, b, out, args))
+        << "the native bf16 GEMM declined M=" << M << " N=" << N << " K=" << K;
+  } else {
+    cpu().gemm(a, b, out, args);
+  }
   EXPECT_TRUE(close(read(out), rounded(expected, dt), rtol, atol,
                     "gemm " + std::string(dtype_name(dt)) + " ta=" + std::to_string(args.trans_a) +
                         " tb=" + std::to_string(args.trans_b) + " la=" + std::to_string(layout_a) +
@@ -187,6 +200,78 @@ TEST(BackendGemm, HalfTypesTwoDimensionalSmallBatchesAndEmptyK) {
   kargs.activation = Activation::relu;
   cpu().gemm(ea, eb, eo, kargs);
   EXPECT_TRUE(close(read(eo), std::vector<double>(24, 1.0), 0, 0, "K = 0"));
+}
+
+// Whether bf16 GEMMs should run natively here: oneDNN in the build, bf16 dot-product instructions
+// in the CPU, and no ONEDNN_MAX_CPU_ISA below them (the fallback test sets AVX2).
+bool native_bf16_expected() {
+  __builtin_cpu_init();
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const bool capped = cap != nullptr && std::string(cap).find("BF16") == std::string::npos &&
+                      std::string(cap).find("AMX") == std::string::npos &&
+                      std::string(cap) != "ALL";
+  return GRADUS_TEST_HAS_ONEDNN && __builtin_cpu_supports("avx512bf16") && !capped;
+}
+
+TEST(BackendHalfGemm, TakesTheNativePathExactlyWhereTheCpuHasBf16) {
+  EXPECT_EQ(backend::cpu::native_bf16_gemm(), native_bf16_expected())
+      << backend::cpu::half_gemm_description();
+  EXPECT_EQ(cpu_kernels_info().native_bf16_gemm, native_bf16_expected());
+  const Tensor a = make({4, 8}, uniform_values(32, 1, -1, 1), DType::bf16);
+  const Tensor b = make({8, 3}, uniform_values(24, 2, -1, 1), DType::bf16);
+  Tensor out = poisoned({4, 3}, DType::bf16);
+  EXPECT_EQ(backend::cpu::native_bf16_gemm(cpu(), a, b, out, GemmArgs{}), native_bf16_expected());
+}
+
+// The native bf16 GEMM over the backend test's cases: every transpose and operand layout,
+// column-major outputs, broadcast and odd-sized batches, alpha/beta, bias and activations.
+TEST(BackendHalfGemm, NativeBf16MatchesFloat64OverLayoutsAndEpilogues) {
+  if (!native_bf16_expected()) {
+    GTEST_SKIP() << "bf16 GEMMs convert to float32 here (" << backend::cpu::half_gemm_description()
+                 << "); BackendGemm covers that path";
+  }
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  const DType dt = DType::bf16;
+  const double rtol = rtol_for(dt), atol = 1e-2;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      GemmArgs args;
+      args.trans_a = ta;
+      args.trans_b = tb;
+      for (int la = 0; la < 4; ++la) {
+        for (int lb = 0; lb < 4; ++lb) {
+          run_case(3, 13, 17, 11, args, dt, la, lb, false, false, seed, rtol, atol,
+                   Path::native_bf16);
+        }
+      }
+      run_case(4, 65, 33, 47, args, dt, 0, 1, true, true, seed, rtol, atol, Path::native_bf16);
+      run_case(2, 7, 130, 70, args, dt, 2, 0, false, true, seed, rtol, atol, Path::native_bf16);
+      run_case(1, 1, 129, 257, args, dt, 0, 0, false, false, seed, rtol, atol, Path::native_bf16);
+    }
+  }
+  for (Activation act :
+       {Activation::none, Activation::relu, Activation::gelu, Activation::gelu_tanh}) {
+    for (bool with_bias : {false, true}) {
+      GemmArgs args;
+      args.beta = 1.5;
+      args.activation = act;
+      Tensor dummy;
+      if (with_bias) args.bias = &dummy;  // run_case substitutes a real (strided) bias
+      run_case(2, 31, 45, 19, args, dt, 0, 0, false, false, seed, rtol, atol, Path::native_bf16);
+      run_case(2, 31, 45, 19, args, dt, 1, 2, true, false, seed, rtol, atol, Path::native_bf16);
+      args.trans_b = true;
+      args.beta = 0;
+      args.alpha = with_bias ? 1.0 : 0.5;
+      run_case(1, 64, 128, 96, args, dt, 0, 0, false, false, seed, rtol, atol, Path::native_bf16);
+    }
+  }
+  // alpha with a bias, and K = 0, go to the float32 path (through the backend's gemm).
+  GemmArgs scaled;
+  scaled.alpha = 0.5;
+  Tensor dummy;
+  scaled.bias = &dummy;
+  run_case(2, 9, 10, 11, scaled, dt, 0, 0, false, false, seed, rtol, atol);
 }
 
 }  // namespace

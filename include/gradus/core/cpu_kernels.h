@@ -11,6 +11,10 @@ namespace gradus {
 struct CpuKernelsInfo {
   std::string isa;   // "x86-64-v3 (AVX2, FMA)", "x86-64 (SSE2)", "native (AVX-512)", ...
   std::string path;  // the loaded libgradus_backend_cpu (empty when linked statically)
+  // How 16-bit GEMMs run: "bf16 on AVX512-BF16 (oneDNN 2.6.3)", or converted to float32 where
+  // the CPU (or ONEDNN_MAX_CPU_ISA) rules the native path out.
+  std::string half_gemm;
+  bool native_bf16_gemm = false;
 };
 
 CpuKernelsInfo cpu_kernels_info();

@@ -1,5 +1,6 @@
 // What cpu_kernels_info() reports: the instruction set this copy of the CPU backend was compiled
 // for (the compiler's ISA macros) and the file it was loaded from.
+#include "backend/cpu/half_gemm.h"
 #include "core/shared_library.h"
 #include "gradus/core/cpu_kernels.h"
 
@@ -35,6 +36,8 @@ CpuKernelsInfo cpu_kernels_info() {
   CpuKernelsInfo info;
   info.isa = compiled_isa();
   info.path = detail::library_path(&kInThisLibrary);
+  info.half_gemm = backend::cpu::half_gemm_description();
+  info.native_bf16_gemm = backend::cpu::native_bf16_gemm();
   return info;
 }
 

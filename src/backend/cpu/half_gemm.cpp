@@ -1,0 +1,236 @@
+// bf16 GEMMs on oneDNN's matmul (half_gemm.h). Chosen over OpenBLAS's sbgemm by measurement and
+// availability (docs/performance.md, "bf16 on the CPU"): Debian's OpenBLAS is built without it,
+// and OPENBLAS_CORETYPE=Haswell would keep it off AVX512-BF16 anyway.
+//
+// Each call describes op(a), op(b) and out to oneDNN as strided [batch, rows, cols] tensors, so a
+// transposed or column-major operand needs no copy; a batch of one broadcasts. Primitives are
+// cached by everything that shapes them (sizes, strides, epilogue, thread count): creating one
+// costs tens of microseconds, executing a cached one only the product.
+#include "backend/cpu/half_gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/common/layout.h"
+
+#if GRADUS_HAS_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace gradus::backend::cpu {
+
+#if GRADUS_HAS_ONEDNN
+namespace {
+
+using common::BlasMatrix;
+using common::matrix_view;
+using common::MatrixView;
+
+// bf16 dot products in hardware: AVX512-BF16 (Cooper Lake, Zen 4) or AMX (Sapphire Rapids on).
+// oneDNN's ISA values are bit sets, each level containing the ones below it.
+bool cpu_has_bf16_instructions() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;
+}
+
+const char* isa_name() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+  return (isa & amx) == amx ? "AMX" : "AVX512-BF16";
+}
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// One operand as oneDNN sees it: op(t) as [batch, rows, cols] with strides (batch 1 broadcasts).
+struct Operand {
+  std::array<int64_t, 3> dims, strides;
+};
+
+Operand describe(const MatrixView& v, const BlasMatrix& m, bool transpose) {
+  int64_t rows = v.rows, cols = v.cols;
+  int64_t rs = m.transposed ? 1 : m.ld, cs = m.transposed ? m.ld : 1;
+  if (transpose) {
+    std::swap(rows, cols);
+    std::swap(rs, cs);
+  }
+  const int64_t batch = v.bs == 0 ? 1 : v.batch;
+  const int64_t bs = batch == 1 ? std::max(rows * rs, cols * cs) : v.bs;
+  return {{batch, rows, cols}, {bs, rs, cs}};
+}
+
+dnnl::memory::desc bf16_desc(const Operand& o) {
+  return dnnl::memory::desc({o.dims.begin(), o.dims.end()}, dnnl::memory::data_type::bf16,
+                            {o.strides.begin(), o.strides.end()});
+}
+
+struct CachedPrimitive {
+  bool fast = false;  // oneDNN chose an optimised kernel (not its reference loops)
+  dnnl::matmul matmul;
+};
+
+std::mutex g_cache_mutex;
+std::map<std::vector<int64_t>, CachedPrimitive> g_cache;
+constexpr size_t kCacheLimit = 512;  // distinct shapes; a model has tens
+
+int64_t float_bits(double v) {
+  const auto f = static_cast<float>(v);
+  int32_t bits = 0;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+dnnl::algorithm eltwise_of(Activation act) {
+  switch (act) {
+    case Activation::relu:
+      return dnnl::algorithm::eltwise_relu;
+    case Activation::gelu:
+      return dnnl::algorithm::eltwise_gelu_erf;
+    default:
+      return dnnl::algorithm::eltwise_gelu_tanh;
+  }
+}
+
+CachedPrimitive create(const Operand& sa, const Operand& sb, const Operand& so, const Operand* bias,
+                       const GemmArgs& args) {
+  dnnl::primitive_attr attr;
+  if (args.alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(args.alpha)});
+  dnnl::post_ops post;
+  if (args.beta != 0.0) post.append_sum(static_cast<float>(args.beta));
+  if (args.activation != Activation::none) {
+    post.append_eltwise(1.0F, eltwise_of(args.activation), 0.0F, 0.0F);
+  }
+  attr.set_post_ops(post);
+  const dnnl::memory::desc bias_md = bias ? bf16_desc(*bias) : dnnl::memory::desc();
+  try {
+    const dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(bf16_desc(sa), bf16_desc(sb), bias_md, bf16_desc(so)), attr,
+        cpu_engine());
+    const std::string impl = pd.impl_info_str();
+    if (impl.rfind("ref", 0) == 0) return {};  // the reference loops: slower than float32
+    return {true, dnnl::matmul(pd)};
+  } catch (const dnnl::error&) {
+    return {};  // a case this oneDNN does not implement
+  }
+}
+
+}  // namespace
+
+bool native_bf16_gemm() {
+  static const bool native = cpu_has_bf16_instructions();
+  return native;
+}
+
+std::string half_gemm_description() {
+  const dnnl::version_t* v = dnnl::version();
+  const std::string onednn = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) +
+                             "." + std::to_string(v->patch);
+  if (native_bf16_gemm()) return std::string("bf16 on ") + isa_name() + " (" + onednn + ")";
+  return "bf16 converted to float32 (no bf16 instructions seen by " + onednn +
+         "); f16 converted to float32";
+}
+
+bool native_bf16_gemm(Backend& be, const Tensor& a, const Tensor& b, const Tensor& out,
+                      const GemmArgs& args) {
+  if (!native_bf16_gemm() || a.dtype() != DType::bf16 || b.dtype() != DType::bf16 ||
+      out.dtype() != DType::bf16) {
+    return false;
+  }
+  if (args.bias != nullptr && (args.bias->dtype() != DType::bf16 || args.alpha != 1.0)) {
+    return false;  // oneDNN would add the bias before scaling by alpha; rare enough to convert
+  }
+  const auto contiguous = [&](const Tensor& t) {
+    Tensor c = empty(t.sizes(), {t.dtype(), t.device(), false});
+    be.copy(t, c);
+    return c;
+  };
+  BlasMatrix ma, mb, mo;
+  const Tensor ta = common::blas_matrix(matrix_view(a), ma) ? a : contiguous(a);
+  const Tensor tb = common::blas_matrix(matrix_view(b), mb) ? b : contiguous(b);
+  common::blas_matrix(matrix_view(ta), ma);
+  common::blas_matrix(matrix_view(tb), mb);
+  // The output row-major (oneDNN's fast kernels write rows); anything else goes through a copy.
+  const MatrixView vo0 = matrix_view(out);
+  const bool out_ok = common::blas_matrix(vo0, mo) && !(mo.transposed && vo0.rows > 1);
+  Tensor to = out;
+  if (!out_ok) {
+    to = empty(out.sizes(), {DType::bf16, out.device(), false});
+    if (args.beta != 0.0) be.copy(out, to);
+    common::blas_matrix(matrix_view(to), mo);
+  }
+  const MatrixView vo = matrix_view(to);
+  const Operand sa = describe(matrix_view(ta), ma, args.trans_a);
+  const Operand sb = describe(matrix_view(tb), mb, args.trans_b);
+  if (sa.dims[2] == 0) return false;  // k = 0: out = beta * out, which the float32 path does
+  Operand so = describe(vo, mo, false);
+  so.dims[0] = vo.batch;
+  if (vo.batch > 1) so.strides[0] = vo.bs;
+  // The bias contiguous: oneDNN's fast kernels read it densely whatever its strides say.
+  const Tensor bias_tensor =
+      args.bias == nullptr || args.bias->stride(0) == 1 ? Tensor() : contiguous(*args.bias);
+  const Tensor* bias_data = bias_tensor.defined() ? &bias_tensor : args.bias;
+  Operand bias{};
+  if (args.bias != nullptr) bias = {{1, 1, so.dims[2]}, {so.dims[2], so.dims[2], 1}};
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  std::vector<int64_t> key;
+  key.reserve(32);
+  for (const Operand* o : std::array<const Operand*, 4>{&sa, &sb, &so, &bias}) {
+    key.insert(key.end(), o->dims.begin(), o->dims.end());
+    key.insert(key.end(), o->strides.begin(), o->strides.end());
+  }
+  key.insert(key.end(), {args.bias != nullptr, float_bits(args.alpha), float_bits(args.beta),
+                         static_cast<int64_t>(args.activation), threads});
+  dnnl::matmul matmul;
+  {
+    std::lock_guard<std::mutex> lock(g_cache_mutex);
+    auto it = g_cache.find(key);
+    if (it == g_cache.end()) {
+      if (g_cache.size() >= kCacheLimit) g_cache.clear();
+      it = g_cache.emplace(key, create(sa, sb, so, args.bias ? &bias : nullptr, args)).first;
+    }
+    if (!it->second.fast) return false;
+    matmul = it->second.matmul;
+  }
+  dnnl::engine& engine = cpu_engine();
+  dnnl::stream stream(engine);
+  const auto memory = [&](const Operand& o, const Tensor& t) {
+    return dnnl::memory(bf16_desc(o), engine, const_cast<void*>(t.raw_data()));
+  };
+  std::unordered_map<int, dnnl::memory> io{{DNNL_ARG_SRC, memory(sa, ta)},
+                                           {DNNL_ARG_WEIGHTS, memory(sb, tb)},
+                                           {DNNL_ARG_DST, memory(so, to)}};
+  if (bias_data != nullptr) io.emplace(DNNL_ARG_BIAS, memory(bias, *bias_data));
+  matmul.execute(stream, io);
+  stream.wait();
+  if (to.raw_data() != out.raw_data()) be.copy(to, out);
+  return true;
+}
+
+#else  // built without oneDNN
+
+bool native_bf16_gemm() {
+  return false;
+}
+
+std::string half_gemm_description() {
+  return "bf16 and f16 converted to float32 (gradus built without oneDNN)";
+}
+
+bool native_bf16_gemm(Backend&, const Tensor&, const Tensor&, const Tensor&, const GemmArgs&) {
+  return false;
+}
+
+#endif
+
+}  // namespace gradus::backend::cpu
