@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/half_conv.h"
+#include "backend/cpu/half_gemm.h"
 #include "gradus/gradus.h"
 #include "support/test_util.h"
 
@@ -501,7 +503,8 @@ ConvRef ref_conv(const ConvCase& k, const Vec& x, const Vec& w, const Vec& b, co
   return r;
 }
 
-void check_conv(const ConvCase& k, DType dt, std::mt19937_64& rng) {
+// native: only the native bf16 convolutions (oneDNN), which must take every case.
+void check_conv(const ConvCase& k, DType dt, std::mt19937_64& rng, bool native = false) {
   SCOPED_TRACE(k.str() + " " + dtype_name(dt));
   const int64_t OH = k.OH(), OW = k.OW();
   const Shape xs{k.N, k.C, k.H, k.W}, ws{k.O, k.C / k.G, k.KH, k.KW}, ys{k.N, k.O, OH, OW};
@@ -515,6 +518,25 @@ void check_conv(const ConvCase& k, DType dt, std::mt19937_64& rng) {
   const double tol = dt == DType::f64 ? 1e-12 : dt == DType::f32 ? 2e-6 : 1e-2;
   const double atol = tol * std::sqrt(std::max(K, static_cast<double>(k.N * OH * OW)));
   Tensor xt = make(xs, x, dt), wt = make(ws, w, dt), gyt = make(ys, gy, dt);
+  if (native) {
+    for_thread_counts([&] {
+      Tensor y = poisoned(ys, dt);
+      ASSERT_TRUE(backend::cpu::native_bf16_conv2d(
+          cpu(), xt, wt, k.bias ? make({k.O}, b, dt) : Tensor(), y, k.args()));
+      EXPECT_TRUE(close(values(y), r.y, tol, atol)) << "forward";
+      Tensor gx = poisoned(xs, dt);
+      ASSERT_TRUE(backend::cpu::native_bf16_conv2d_backward_data(cpu(), gyt, wt, gx, k.args()));
+      EXPECT_TRUE(close(values(gx), r.gx, tol, atol)) << "backward data";
+      Tensor gw = poisoned(ws, dt), gb = poisoned({k.O}, dt);
+      ASSERT_TRUE(backend::cpu::native_bf16_conv2d_backward_weight(
+          cpu(), gyt, xt, gw, k.bias ? gb : Tensor(), k.args()));
+      EXPECT_TRUE(close(values(gw), r.gw, tol, atol)) << "backward weight";
+      if (k.bias) {
+        EXPECT_TRUE(close(values(gb), r.gb, tol, atol)) << "backward bias";
+      }
+    });
+    return;
+  }
   for_conv_isas([&] {
     for_thread_counts([&] {
       Tensor y = poisoned(ys, dt);
@@ -569,12 +591,25 @@ TEST(NnKernels, Conv2dMatchesDirectConvolutionFloat32) {
   for (const ConvCase& k : kConvCases) check_conv(k, DType::f32, rng);
 }
 
-TEST(NnKernels, Conv2dHalfTypesComputeInFloat32) {
+TEST(NnKernels, Conv2dHalfTypesThroughTheBackend) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   check_conv({2, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, true}, DType::bf16, rng);
   check_conv({2, 4, 8, 6, 6, 3, 3, 2, 1, 1, 1, 1, 1, 2, true}, DType::f16, rng);
+}
+
+// The native bf16 convolutions over every case above, where this CPU runs them (gemm_test.cpp's
+// BackendHalfGemm checks which path the process takes).
+TEST(NnKernels, Conv2dNativeBf16MatchesDirectConvolution) {
+  if (!backend::cpu::native_bf16_gemm()) {
+    GTEST_SKIP() << "bf16 convolutions convert to float32 here ("
+                 << backend::cpu::half_gemm_description() << "); the test above covers that path";
+  }
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (const ConvCase& k : kConvCases) check_conv(k, DType::bf16, rng, true);
 }
 
 TEST(NnKernels, Conv2dCalledFromInsideAParallelRegion) {

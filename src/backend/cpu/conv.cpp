@@ -1,7 +1,8 @@
-// conv2d forward, backward-data and backward-weight on the CPU (float32 / float64; half types via
-// float32 copies). The arithmetic is the register-blocked micro-kernel of conv_kernels.h, which
-// broadcasts input values straight out of a zero-padded image through offset tables (no im2col,
-// no BLAS) against a vector operand contiguous along output channels:
+// conv2d forward, backward-data and backward-weight on the CPU (float32 / float64; bf16 on oneDNN
+// where the CPU has bf16 instructions, half_conv.h; otherwise half types via float32 copies). The
+// arithmetic is the register-blocked micro-kernel of conv_kernels.h, which broadcasts input values
+// straight out of a zero-padded image through offset tables (no im2col, no BLAS) against a vector
+// operand contiguous along output channels:
 //   forward:          rows = output positions, loop = taps (c, kh, kw), vectors = weights^T.
 //                     Whole rows of a multiple of 7 positions (MNIST, ResNet sizes) run as unit
 //                     tiles that store straight into NCHW; other shapes go through a [P][O] tile
@@ -34,6 +35,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/float_args.h"
+#include "backend/cpu/half_conv.h"
 #include "backend/cpu/loops.h"
 
 // The kernels twice (see conv_kernels.h): with AVX-512 for CPUs that have it, whatever the build
@@ -585,6 +587,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
                         const Conv2dArgs& args) {
   const Geom g = make_geom(x, w, out, args);
   if (out.numel() == 0) return;
+  if (out.dtype() == DType::bf16 && native_bf16_conv2d(*this, x, w, bias, out, args)) return;
   F32Args f{*this, {}};
   const Tensor xf = f.in(x), wf = f.in(w), bf = f.in(bias), of = f.out(out);
   dispatch_f(xf.dtype(), [&](auto tag) {
@@ -605,6 +608,10 @@ void CpuBackend::conv2d_backward_data(const Tensor& grad_out, const Tensor& w, c
                                       const Conv2dArgs& args) {
   const Geom g = make_geom(grad_x, w, grad_out, args);
   if (grad_x.numel() == 0) return;
+  if (grad_x.dtype() == DType::bf16 &&
+      native_bf16_conv2d_backward_data(*this, grad_out, w, grad_x, args)) {
+    return;
+  }
   F32Args f{*this, {}};
   const Tensor gf = f.in(grad_out), wf = f.in(w), of = f.out(grad_x);
   dispatch_f(of.dtype(), [&](auto tag) {
@@ -630,6 +637,10 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x,
                                         const Tensor& grad_w, const Tensor& grad_bias,
                                         const Conv2dArgs& args) {
   const Geom g = make_geom(x, grad_w, grad_out, args);
+  if (grad_w.dtype() == DType::bf16 &&
+      native_bf16_conv2d_backward_weight(*this, grad_out, x, grad_w, grad_bias, args)) {
+    return;
+  }
   F32Args f{*this, {}};
   const Tensor gf = f.in(grad_out), xf = f.in(x), gwf = f.out(grad_w), gbf = f.out(grad_bias);
   dispatch_f(gwf.dtype(), [&](auto tag) {
