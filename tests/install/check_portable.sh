@@ -36,7 +36,7 @@ train() {
   local log=/tmp/gradus_portable_train_$$.log rc loss
   "$@" "$gradus" train --model gpt --data text --data-file "$sample" --context 16 --layers 1 \
     --heads 2 --width 32 --batch-size 4 --iters 30 --eval-every 30 --eval-iters 1 --threads 2 \
-    --seed 5 >"$log" 2>&1
+    --seed 5 "${train_extra[@]}" >"$log" 2>&1
   rc=$?
   loss=$(sed -n 's/^val_loss=\([0-9.]*\)$/\1/p' "$log" | tail -1)
   if [ -z "$loss" ]; then
@@ -50,6 +50,7 @@ train() {
   rm -f "$log"
   echo "$loss"
 }
+train_extra=()
 close() {  # two losses within 1e-3 relative (the copies round differently: FMA, vector exp)
   awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-3 * a) }'
 }
@@ -87,6 +88,20 @@ got=$(kernels "${old_cpu[@]}")
 loss_old=$(train "${old_cpu[@]}") || fail "emulated Nehalem: $loss_old"
 close "$loss_host" "$loss_old" || fail "emulated Nehalem: val_loss '$loss_old' vs $loss_host"
 echo "portable: emulated Nehalem (no AVX) loads the baseline; val_loss $loss_old"
+
+# 3b. bf16 on that CPU: no bf16 instructions, so GEMMs convert to float32 (the native path on a
+# CPU that has them is the host's, when it has them); both train to nearly the same loss (the two
+# paths accumulate in different orders, so bf16 roundings differ: 2% relative).
+half=$("${old_cpu[@]}" "$gradus" info 2>&1 | grep '^16-bit GEMMs:')
+grep -q 'converted to float32' <<<"$half" || fail "emulated Nehalem: expected the float32 path, got '$half'"
+train_extra=(--amp bf16)
+loss_host_bf16=$(train env) || fail "this CPU, --amp bf16: $loss_host_bf16"
+loss_old_bf16=$(train "${old_cpu[@]}") || fail "emulated Nehalem, --amp bf16: $loss_old_bf16"
+train_extra=()
+awk -v a="$loss_host_bf16" -v b="$loss_old_bf16" \
+  'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 2e-2 * a) }' ||
+  fail "--amp bf16: emulated Nehalem's val_loss $loss_old_bf16 vs this CPU's $loss_host_bf16"
+echo "portable: emulated Nehalem, --amp bf16: ${half#16-bit GEMMs: }; val_loss $loss_old_bf16 (this CPU: $loss_host_bf16, $("$gradus" info | grep '^16-bit GEMMs:'))"
 
 # 4. The same emulated CPU with the x86-64-v3 copy forced (LD_LIBRARY_PATH wins over the
 # loader's choice): it must die on an illegal instruction, or step 3 proved nothing.
