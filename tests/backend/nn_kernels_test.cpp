@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/half_conv.h"
 #include "backend/cpu/half_gemm.h"
+#include "gradus/core/host_memory.h"
 #include "gradus/gradus.h"
 #include "support/test_util.h"
 
@@ -610,6 +611,32 @@ TEST(NnKernels, Conv2dNativeBf16MatchesDirectConvolution) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   for (const ConvCase& k : kConvCases) check_conv(k, DType::bf16, rng, true);
+}
+
+// The native path's blocked copies and scratch are gradus tensors: they count in the memory
+// statistics while the call runs, are freed after it, and a memory limit refuses them.
+TEST(NnKernels, Conv2dNativeBf16BuffersCountAgainstTheMemoryLimit) {
+  if (!backend::cpu::native_bf16_gemm()) GTEST_SKIP() << backend::cpu::half_gemm_description();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const ConvCase k{3, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, true};
+  const Shape xs{k.N, k.C, k.H, k.W}, ws{k.O, k.C, k.KH, k.KW}, ys{k.N, k.O, k.OH(), k.OW()};
+  const Tensor x = make(xs, random_vec(static_cast<size_t>(shape_numel(xs)), rng), DType::bf16);
+  const Tensor w = make(ws, random_vec(static_cast<size_t>(shape_numel(ws)), rng), DType::bf16);
+  const Tensor b = make({k.O}, random_vec(static_cast<size_t>(k.O), rng), DType::bf16);
+  Tensor y = poisoned(ys, DType::bf16);
+  const host::MemoryStats before = host::memory_stats();
+  host::reset_peak_memory();
+  ASSERT_TRUE(backend::cpu::native_bf16_conv2d(cpu(), x, w, b, y, k.args()));
+  const host::MemoryStats after = host::memory_stats();
+  EXPECT_GT(after.peak_allocated_bytes, before.allocated_bytes);  // the blocked copies
+  EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);       // all freed
+  host::set_memory_limit(before.allocated_bytes + 64);
+  EXPECT_THROW(backend::cpu::native_bf16_conv2d(cpu(), x, w, b, y, k.args()), OutOfMemoryError);
+  host::set_memory_limit(0);
+  EXPECT_EQ(host::memory_stats().num_ooms, after.num_ooms + 1);
+  EXPECT_EQ(host::memory_stats().allocated_bytes, before.allocated_bytes);
 }
 
 TEST(NnKernels, Conv2dCalledFromInsideAParallelRegion) {

@@ -73,6 +73,14 @@ memory::desc plain(const memory::dims& dims) {
   return {dims, memory::data_type::bf16, tag};
 }
 
+// Scratch memory comes from gradus's allocator (the call passes it), so that it counts against
+// --memory-limit like every other buffer.
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
 dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool with_bias) {
   using F = dnnl::convolution_forward;
   const auto prop = dnnl::prop_kind::forward_training;
@@ -81,14 +89,14 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool wit
                                         any(g.dst), g.strides, g.dilates, g.padding, g.padding)
                               : F::desc(prop, alg, any(g.src), any(g.weights), any(g.dst),
                                         g.strides, g.dilates, g.padding, g.padding);
-  return {d, cpu_engine()};
+  return {d, user_scratchpad(), cpu_engine()};
 }
 
 // A primitive and the layouts it reads and writes, indexed by DNNL_ARG_*.
 struct Cached {
   bool fast = false;
   dnnl::primitive primitive;
-  std::unordered_map<int, memory::desc> layouts;
+  std::unordered_map<int, memory::desc> layouts;  // DNNL_ARG_SCRATCHPAD's too
 };
 
 template <typename PrimitiveDesc>
@@ -108,32 +116,35 @@ Cached create(Direction dir, const Geometry& g, bool with_bias) {
                 {DNNL_ARG_WEIGHTS, fwd.weights_desc()},
                 {DNNL_ARG_DST, fwd.dst_desc()}}};
       if (with_bias) c.layouts[DNNL_ARG_BIAS] = fwd.bias_desc();
+      c.layouts[DNNL_ARG_SCRATCHPAD] = fwd.scratchpad_desc();
       return c;
     }
     if (dir == Direction::backward_data) {
       using B = dnnl::convolution_backward_data;
       const B::primitive_desc pd(B::desc(alg, any(g.src), any(g.weights), any(g.dst), g.strides,
                                          g.dilates, g.padding, g.padding),
-                                 cpu_engine(), fwd);
+                                 user_scratchpad(), cpu_engine(), fwd);
       if (!is_fast(pd)) return {};
       return {true,
               B(pd),
               {{DNNL_ARG_DIFF_SRC, pd.diff_src_desc()},
                {DNNL_ARG_WEIGHTS, pd.weights_desc()},
-               {DNNL_ARG_DIFF_DST, pd.diff_dst_desc()}}};
+               {DNNL_ARG_DIFF_DST, pd.diff_dst_desc()},
+               {DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc()}}};
     }
     using W = dnnl::convolution_backward_weights;
     const W::desc d = with_bias ? W::desc(alg, any(g.src), any(g.weights), plain(g.bias),
                                           any(g.dst), g.strides, g.dilates, g.padding, g.padding)
                                 : W::desc(alg, any(g.src), any(g.weights), any(g.dst), g.strides,
                                           g.dilates, g.padding, g.padding);
-    const W::primitive_desc pd(d, cpu_engine(), fwd);
+    const W::primitive_desc pd(d, user_scratchpad(), cpu_engine(), fwd);
     if (!is_fast(pd)) return {};
     Cached c{true,
              W(pd),
              {{DNNL_ARG_SRC, pd.src_desc()},
               {DNNL_ARG_DIFF_WEIGHTS, pd.diff_weights_desc()},
-              {DNNL_ARG_DIFF_DST, pd.diff_dst_desc()}}};
+              {DNNL_ARG_DIFF_DST, pd.diff_dst_desc()},
+              {DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc()}}};
     if (with_bias) c.layouts[DNNL_ARG_DIFF_BIAS] = pd.diff_bias_desc();
     return c;
   } catch (const dnnl::error&) {
@@ -176,7 +187,15 @@ bool run(Backend& be, Direction dir, const Geometry& g, bool with_bias,
   dnnl::stream stream(engine);
   std::unordered_map<int, memory> io;
   std::vector<std::pair<memory, memory>> write_back;  // (primitive's layout, gradus's tensor)
-  std::vector<Tensor> keep;                           // contiguous copies of strided inputs
+  std::vector<Tensor> keep;  // contiguous copies of strided inputs, blocked copies, scratch
+  keep.reserve(2 * args.size() + 1);  // (pointers into it are taken)
+  // Memory in one of oneDNN's layouts, allocated by gradus (so --memory-limit covers it).
+  const auto allocate = [&](const memory::desc& layout) {
+    keep.push_back(
+        empty({static_cast<int64_t>(layout.get_size())}, {DType::u8, Device::cpu(), false}));
+    return memory(layout, engine, keep.back().raw_data());
+  };
+  io.emplace(DNNL_ARG_SCRATCHPAD, allocate(c.layouts.at(DNNL_ARG_SCRATCHPAD)));
   for (const Arg& a : args) {
     const Tensor* t = a.tensor;
     if (!a.output && !t->is_contiguous()) {
@@ -190,7 +209,7 @@ bool run(Backend& be, Direction dir, const Geometry& g, bool with_bias,
       io.emplace(a.id, user);
       continue;
     }
-    memory blocked(layout, engine);
+    memory blocked = allocate(layout);
     if (a.output) {
       write_back.emplace_back(blocked, user);
     } else {
@@ -198,11 +217,15 @@ bool run(Backend& be, Direction dir, const Geometry& g, bool with_bias,
     }
     io.emplace(a.id, blocked);
   }
-  c.primitive.execute(stream, io);
-  for (auto& [blocked, user] : write_back) {
-    dnnl::reorder(blocked, user).execute(stream, blocked, user);
+  try {
+    c.primitive.execute(stream, io);
+    for (auto& [blocked, user] : write_back) {
+      dnnl::reorder(blocked, user).execute(stream, blocked, user);
+    }
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    throw Error(std::string("conv2d: oneDNN's bf16 convolution failed: ") + e.what());
   }
-  stream.wait();
   return true;
 }
 

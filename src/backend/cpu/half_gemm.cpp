@@ -78,6 +78,7 @@ dnnl::memory::desc bf16_desc(const Operand& o) {
 struct CachedPrimitive {
   bool fast = false;  // oneDNN chose an optimised kernel (not its reference loops)
   dnnl::matmul matmul;
+  dnnl::memory::desc scratch;  // its scratchpad, which the caller allocates
 };
 
 std::mutex g_cache_mutex;
@@ -105,6 +106,9 @@ dnnl::algorithm eltwise_of(Activation act) {
 CachedPrimitive create(const Operand& sa, const Operand& sb, const Operand& so, const Operand* bias,
                        const GemmArgs& args) {
   dnnl::primitive_attr attr;
+  // Scratch memory comes from gradus's allocator (the call passes it), so that it counts against
+  // --memory-limit and shows in the memory statistics like every other buffer.
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (args.alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(args.alpha)});
   dnnl::post_ops post;
   if (args.beta != 0.0) post.append_sum(static_cast<float>(args.beta));
@@ -119,7 +123,7 @@ CachedPrimitive create(const Operand& sa, const Operand& sb, const Operand& so, 
         cpu_engine());
     const std::string impl = pd.impl_info_str();
     if (impl.rfind("ref", 0) == 0) return {};  // the reference loops: slower than float32
-    return {true, dnnl::matmul(pd)};
+    return {true, dnnl::matmul(pd), pd.scratchpad_desc()};
   } catch (const dnnl::error&) {
     return {};  // a case this oneDNN does not implement
   }
@@ -191,7 +195,7 @@ bool native_bf16_gemm(Backend& be, const Tensor& a, const Tensor& b, const Tenso
   }
   key.insert(key.end(), {args.bias != nullptr, float_bits(args.alpha), float_bits(args.beta),
                          static_cast<int64_t>(args.activation), threads});
-  dnnl::matmul matmul;
+  CachedPrimitive primitive;
   {
     std::lock_guard<std::mutex> lock(g_cache_mutex);
     auto it = g_cache.find(key);
@@ -199,9 +203,9 @@ bool native_bf16_gemm(Backend& be, const Tensor& a, const Tensor& b, const Tenso
       if (g_cache.size() >= kCacheLimit) g_cache.clear();
       it = g_cache.emplace(key, create(sa, sb, so, args.bias ? &bias : nullptr, args)).first;
     }
-    if (!it->second.fast) return false;
-    matmul = it->second.matmul;
+    primitive = it->second;
   }
+  if (!primitive.fast) return false;
   dnnl::engine& engine = cpu_engine();
   dnnl::stream stream(engine);
   const auto memory = [&](const Operand& o, const Tensor& t) {
@@ -211,8 +215,15 @@ bool native_bf16_gemm(Backend& be, const Tensor& a, const Tensor& b, const Tenso
                                            {DNNL_ARG_WEIGHTS, memory(sb, tb)},
                                            {DNNL_ARG_DST, memory(so, to)}};
   if (bias_data != nullptr) io.emplace(DNNL_ARG_BIAS, memory(bias, *bias_data));
-  matmul.execute(stream, io);
-  stream.wait();
+  const Tensor scratch =
+      empty({static_cast<int64_t>(primitive.scratch.get_size())}, {DType::u8, out.device(), false});
+  io.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(primitive.scratch, engine, scratch.raw_data()));
+  try {
+    primitive.matmul.execute(stream, io);
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    throw Error(std::string("gemm: oneDNN's bf16 matmul failed: ") + e.what());
+  }
   if (to.raw_data() != out.raw_data()) be.copy(to, out);
   return true;
 }
