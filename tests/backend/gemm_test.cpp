@@ -123,26 +123,30 @@ void run_case(int64_t B, int64_t M, int64_t N, int64_t K, const GemmArgs& base, 
                         std::to_string(out_col_major) + " bcast=" + std::to_string(broadcast_a)));
 }
 
+// Every transpose and operand layout, column-major outputs, broadcast and odd-sized batches.
+void layout_cases(DType dt, double rtol, double atol, uint64_t seed, Path path) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      GemmArgs args;
+      args.trans_a = ta;
+      args.trans_b = tb;
+      for (int la = 0; la < 4; ++la) {
+        for (int lb = 0; lb < 4; ++lb) {
+          run_case(3, 13, 17, 11, args, dt, la, lb, false, false, seed, rtol, atol, path);
+        }
+      }
+      run_case(4, 65, 33, 47, args, dt, 0, 1, true, true, seed, rtol, atol, path);
+      run_case(2, 7, 130, 70, args, dt, 2, 0, false, true, seed, rtol, atol, path);
+      run_case(1, 1, 129, 257, args, dt, 0, 0, false, false, seed, rtol, atol, path);
+    }
+  }
+}
+
 TEST(BackendGemm, TransposesLayoutsAndBroadcastBatches) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(seed);
-  for (DType dt : {DType::f64, DType::f32}) {
-    const double rtol = dt == DType::f64 ? 1e-12 : 1e-5, atol = dt == DType::f64 ? 1e-12 : 1e-5;
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
-        GemmArgs args;
-        args.trans_a = ta;
-        args.trans_b = tb;
-        for (int la = 0; la < 4; ++la) {
-          for (int lb = 0; lb < 4; ++lb) {
-            run_case(3, 13, 17, 11, args, dt, la, lb, false, false, seed, rtol, atol);
-          }
-        }
-        run_case(4, 65, 33, 47, args, dt, 0, 1, true, true, seed, rtol, atol);
-        run_case(2, 7, 130, 70, args, dt, 2, 0, false, true, seed, rtol, atol);
-      }
-    }
-  }
+  layout_cases(DType::f64, 1e-12, 1e-12, seed, Path::backend);
+  layout_cases(DType::f32, 1e-5, 1e-5, seed, Path::backend);
 }
 
 TEST(BackendGemm, AlphaBetaBiasAndActivationEpilogues) {
@@ -234,22 +238,7 @@ TEST(BackendHalfGemm, NativeBf16MatchesFloat64OverLayoutsAndEpilogues) {
   SCOPED_TRACE(seed);
   const DType dt = DType::bf16;
   const double rtol = rtol_for(dt), atol = 1e-2;
-  for (bool ta : {false, true}) {
-    for (bool tb : {false, true}) {
-      GemmArgs args;
-      args.trans_a = ta;
-      args.trans_b = tb;
-      for (int la = 0; la < 4; ++la) {
-        for (int lb = 0; lb < 4; ++lb) {
-          run_case(3, 13, 17, 11, args, dt, la, lb, false, false, seed, rtol, atol,
-                   Path::native_bf16);
-        }
-      }
-      run_case(4, 65, 33, 47, args, dt, 0, 1, true, true, seed, rtol, atol, Path::native_bf16);
-      run_case(2, 7, 130, 70, args, dt, 2, 0, false, true, seed, rtol, atol, Path::native_bf16);
-      run_case(1, 1, 129, 257, args, dt, 0, 0, false, false, seed, rtol, atol, Path::native_bf16);
-    }
-  }
+  layout_cases(dt, rtol, atol, seed, Path::native_bf16);
   for (Activation act :
        {Activation::none, Activation::relu, Activation::gelu, Activation::gelu_tanh}) {
     for (bool with_bias : {false, true}) {
