@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <numbers>
+#include <thread>
 
 #include "backend/cpu/half_gemm.h"
 #include "backend_test_util.h"
@@ -261,6 +262,45 @@ TEST(BackendHalfGemm, NativeBf16MatchesFloat64OverLayoutsAndEpilogues) {
   Tensor dummy;
   scaled.bias = &dummy;
   run_case(2, 9, 10, 11, scaled, dt, 0, 0, false, false, seed, rtol, atol);
+}
+
+// Threads calling the native GEMM at once, with shapes that share and do not share cached
+// primitives, each get their own product.
+TEST(BackendHalfGemm, ConcurrentCallersGetTheirOwnProducts) {
+  if (!native_bf16_expected()) GTEST_SKIP() << backend::cpu::half_gemm_description();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  constexpr int kThreads = 4, kCalls = 20;
+  std::vector<std::vector<Tensor>> a(kThreads), b(kThreads), out(kThreads);
+  std::vector<std::vector<std::vector<double>>> expected(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int c = 0; c < kCalls; ++c) {
+      const int64_t m = 16 + (t % 2) * 8 + c % 3, n = 24, k = 40;  // threads 0/2, 1/3 share
+      const uint64_t s = seed + static_cast<uint64_t>(100 * t + c);
+      a[t].push_back(make({m, k}, uniform_values(m * k, s, -1, 1), DType::bf16));
+      b[t].push_back(make({k, n}, uniform_values(k * n, s + 7, -1, 1), DType::bf16));
+      out[t].push_back(poisoned({m, n}, DType::bf16));
+      expected[t].push_back(
+          rounded(ref_gemm(a[t].back(), b[t].back(), out[t].back(), GemmArgs{}), DType::bf16));
+    }
+  }
+  std::vector<int> handled(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int c = 0; c < kCalls; ++c) {
+        handled[t] += backend::cpu::native_bf16_gemm(cpu(), a[t][c], b[t][c], out[t][c], {});
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(handled[t], kCalls);
+    for (int c = 0; c < kCalls; ++c) {
+      EXPECT_TRUE(close(read(out[t][c]), expected[t][c], rtol_for(DType::bf16), 1e-2,
+                        "thread " + std::to_string(t) + " call " + std::to_string(c)));
+    }
+  }
 }
 
 }  // namespace
