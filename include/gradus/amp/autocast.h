@@ -11,8 +11,8 @@
 // inside an outer scope. Which op runs in which dtype is one table (autocast_policy, defined in
 // src/ops/autocast.cpp, listed in docs/amp.md):
 //   lower     matmul mm bmm linear conv2d: float32 inputs are cast to the autocast dtype; the
-//             kernels accumulate in float32 (CPU: f32 compute on 16-bit storage; CUDA: tensor
-//             cores)
+//             kernels accumulate in float32 (CPU: bf16 on the CPU's bf16 instructions through
+//             oneDNN where it has them, else f32 compute on 16-bit storage; CUDA: tensor cores)
 //   float32   exp log pow softmax log_softmax the losses, norms and sum/mean/var-like reductions:
 //             16-bit inputs are cast up to float32, so the op computes and returns float32
 //   others    run in whatever dtype their inputs have (relu, dropout, pooling, views, ...); ops
