@@ -18,6 +18,8 @@ void reserve_blas_buffers(int callers);
 // How many callers' buffers reserve_blas_buffers has had mapped so far.
 int reserved_blas_buffers();
 std::string blas_core_name();
+// A contiguous copy of t in dtype, made with be.copy (gemm.cpp).
+Tensor contiguous_copy(Backend& be, const Tensor& t, DType dtype);
 
 class CpuBackend final : public Backend {
  public:

@@ -24,12 +24,6 @@ using common::BlasMatrix;
 using common::matrix_view;
 using common::MatrixView;
 
-Tensor contiguous_copy(Backend& be, const Tensor& t, DType dtype) {
-  Tensor c = empty(t.sizes(), {dtype, t.device(), false});
-  be.copy(t, c);
-  return c;
-}
-
 // A [batch, rows, cols] tensor with batch 1 when t broadcasts over the batch (so broadcast
 // operands are converted once, not per batch).
 Tensor unbroadcast_batch(const Tensor& t) {
@@ -206,6 +200,12 @@ void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& out, const GemmA
 }
 
 }  // namespace
+
+Tensor contiguous_copy(Backend& be, const Tensor& t, DType dtype) {
+  Tensor c = empty(t.sizes(), {dtype, t.device(), false});
+  be.copy(t, c);
+  return c;
+}
 
 void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmArgs& args) {
   if (out.numel() == 0) return;

@@ -2,21 +2,18 @@
 // (blocked) layouts, format_tag::any, and the NCHW / OIHW tensors gradus stores are reordered into
 // and out of them around the call: oneDNN's fast bf16 convolutions read blocked layouts only, and
 // a reorder costs a pass over the tensor against the convolution's many. Primitives are cached by
-// geometry, direction and thread count, as the GEMM's are.
+// geometry, direction and thread count (onednn_util.h), as the GEMM's are.
 #include "backend/cpu/half_conv.h"
 
-#include <omp.h>
-
-#include <map>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/half_gemm.h"
 
 #if GRADUS_HAS_ONEDNN
-#include <oneapi/dnnl/dnnl.hpp>
+#include "backend/cpu/onednn_util.h"
 #endif
 
 namespace gradus::backend::cpu {
@@ -28,17 +25,11 @@ using dnnl::memory;
 
 enum class Direction : int64_t { forward, backward_data, backward_weight };
 
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
 // The convolution's geometry in oneDNN's terms (dilation counts the gaps: gradus's minus one).
 struct Geometry {
   memory::dims src, weights, dst, bias, strides, dilates, padding;
   std::vector<int64_t> key(Direction d, bool with_bias) const {
-    std::vector<int64_t> k{static_cast<int64_t>(d), with_bias,
-                           omp_in_parallel() ? 1 : omp_get_max_threads()};
+    std::vector<int64_t> k{static_cast<int64_t>(d), with_bias, onednn::threads()};
     for (const memory::dims* v : {&src, &weights, &dst, &strides, &dilates, &padding}) {
       k.insert(k.end(), v->begin(), v->end());
       k.push_back(-1);
@@ -73,14 +64,6 @@ memory::desc plain(const memory::dims& dims) {
   return {dims, memory::data_type::bf16, tag};
 }
 
-// Scratch memory comes from gradus's allocator (the call passes it), so that it counts against
-// --memory-limit like every other buffer.
-dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
-}
-
 dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool with_bias) {
   using F = dnnl::convolution_forward;
   const auto prop = dnnl::prop_kind::forward_training;
@@ -89,7 +72,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool wit
                                         any(g.dst), g.strides, g.dilates, g.padding, g.padding)
                               : F::desc(prop, alg, any(g.src), any(g.weights), any(g.dst),
                                         g.strides, g.dilates, g.padding, g.padding);
-  return {d, user_scratchpad(), cpu_engine()};
+  return {d, onednn::user_scratchpad(), onednn::engine()};
 }
 
 // A primitive and the layouts it reads and writes, indexed by DNNL_ARG_*.
@@ -99,17 +82,12 @@ struct Cached {
   std::unordered_map<int, memory::desc> layouts;  // DNNL_ARG_SCRATCHPAD's too
 };
 
-template <typename PrimitiveDesc>
-bool is_fast(const PrimitiveDesc& pd) {
-  return std::string(pd.impl_info_str()).rfind("ref", 0) != 0;  // not the reference loops
-}
-
 Cached create(Direction dir, const Geometry& g, bool with_bias) {
   try {
     const auto fwd = forward_pd(g, with_bias);
     const auto alg = dnnl::algorithm::convolution_direct;
     if (dir == Direction::forward) {
-      if (!is_fast(fwd)) return {};
+      if (!onednn::is_fast(fwd)) return {};
       Cached c{true,
                dnnl::convolution_forward(fwd),
                {{DNNL_ARG_SRC, fwd.src_desc()},
@@ -123,8 +101,8 @@ Cached create(Direction dir, const Geometry& g, bool with_bias) {
       using B = dnnl::convolution_backward_data;
       const B::primitive_desc pd(B::desc(alg, any(g.src), any(g.weights), any(g.dst), g.strides,
                                          g.dilates, g.padding, g.padding),
-                                 user_scratchpad(), cpu_engine(), fwd);
-      if (!is_fast(pd)) return {};
+                                 onednn::user_scratchpad(), onednn::engine(), fwd);
+      if (!onednn::is_fast(pd)) return {};
       return {true,
               B(pd),
               {{DNNL_ARG_DIFF_SRC, pd.diff_src_desc()},
@@ -137,8 +115,8 @@ Cached create(Direction dir, const Geometry& g, bool with_bias) {
                                           any(g.dst), g.strides, g.dilates, g.padding, g.padding)
                                 : W::desc(alg, any(g.src), any(g.weights), any(g.dst), g.strides,
                                           g.dilates, g.padding, g.padding);
-    const W::primitive_desc pd(d, user_scratchpad(), cpu_engine(), fwd);
-    if (!is_fast(pd)) return {};
+    const W::primitive_desc pd(d, onednn::user_scratchpad(), onednn::engine(), fwd);
+    if (!onednn::is_fast(pd)) return {};
     Cached c{true,
              W(pd),
              {{DNNL_ARG_SRC, pd.src_desc()},
@@ -152,9 +130,7 @@ Cached create(Direction dir, const Geometry& g, bool with_bias) {
   }
 }
 
-std::mutex g_cache_mutex;
-std::map<std::vector<int64_t>, Cached> g_cache;
-constexpr size_t kCacheLimit = 256;
+onednn::PrimitiveCache<Cached> g_cache;
 
 // One argument of a call: the tensor gradus holds, and whether the primitive writes it.
 struct Arg {
@@ -172,18 +148,9 @@ bool run(Backend& be, Direction dir, const Geometry& g, bool with_bias,
     if (a.tensor->dtype() != DType::bf16) return false;
     if (a.output && !a.tensor->is_contiguous()) return false;
   }
-  Cached c;
-  {
-    std::lock_guard<std::mutex> lock(g_cache_mutex);
-    auto it = g_cache.find(g.key(dir, with_bias));
-    if (it == g_cache.end()) {
-      if (g_cache.size() >= kCacheLimit) g_cache.clear();
-      it = g_cache.emplace(g.key(dir, with_bias), create(dir, g, with_bias)).first;
-    }
-    c = it->second;
-  }
+  const Cached c = g_cache.get(g.key(dir, with_bias), [&] { return create(dir, g, with_bias); });
   if (!c.fast) return false;
-  dnnl::engine& engine = cpu_engine();
+  dnnl::engine& engine = onednn::engine();
   dnnl::stream stream(engine);
   std::unordered_map<int, memory> io;
   std::vector<std::pair<memory, memory>> write_back;  // (primitive's layout, gradus's tensor)
@@ -199,8 +166,7 @@ bool run(Backend& be, Direction dir, const Geometry& g, bool with_bias,
   for (const Arg& a : args) {
     const Tensor* t = a.tensor;
     if (!a.output && !t->is_contiguous()) {
-      keep.push_back(empty(t->sizes(), {DType::bf16, t->device(), false}));
-      be.copy(*t, keep.back());
+      keep.push_back(contiguous_copy(be, *t, DType::bf16));
       t = &keep.back();
     }
     memory user(plain(*a.dims), engine, const_cast<void*>(t->raw_data()));

@@ -4,25 +4,21 @@
 //
 // Each call describes op(a), op(b) and out to oneDNN as strided [batch, rows, cols] tensors, so a
 // transposed or column-major operand needs no copy; a batch of one broadcasts. Primitives are
-// cached by everything that shapes them (sizes, strides, epilogue, thread count): creating one
-// costs tens of microseconds, executing a cached one only the product.
+// cached by everything that shapes them (sizes, strides, epilogue, thread count).
 #include "backend/cpu/half_gemm.h"
-
-#include <omp.h>
 
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/common/layout.h"
+#include "backend/cpu/cpu_backend.h"
 
 #if GRADUS_HAS_ONEDNN
-#include <oneapi/dnnl/dnnl.hpp>
+#include "backend/cpu/onednn_util.h"
 #endif
 
 namespace gradus::backend::cpu {
@@ -46,11 +42,6 @@ const char* isa_name() {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
   return (isa & amx) == amx ? "AMX" : "AVX512-BF16";
-}
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
 }
 
 // One operand as oneDNN sees it: op(t) as [batch, rows, cols] with strides (batch 1 broadcasts).
@@ -81,9 +72,7 @@ struct CachedPrimitive {
   dnnl::memory::desc scratch;  // its scratchpad, which the caller allocates
 };
 
-std::mutex g_cache_mutex;
-std::map<std::vector<int64_t>, CachedPrimitive> g_cache;
-constexpr size_t kCacheLimit = 512;  // distinct shapes; a model has tens
+onednn::PrimitiveCache<CachedPrimitive> g_cache;
 
 int64_t float_bits(double v) {
   const auto f = static_cast<float>(v);
@@ -105,10 +94,7 @@ dnnl::algorithm eltwise_of(Activation act) {
 
 CachedPrimitive create(const Operand& sa, const Operand& sb, const Operand& so, const Operand* bias,
                        const GemmArgs& args) {
-  dnnl::primitive_attr attr;
-  // Scratch memory comes from gradus's allocator (the call passes it), so that it counts against
-  // --memory-limit and shows in the memory statistics like every other buffer.
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::primitive_attr attr = onednn::user_scratchpad();
   if (args.alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(args.alpha)});
   dnnl::post_ops post;
   if (args.beta != 0.0) post.append_sum(static_cast<float>(args.beta));
@@ -120,9 +106,8 @@ CachedPrimitive create(const Operand& sa, const Operand& sb, const Operand& so, 
   try {
     const dnnl::matmul::primitive_desc pd(
         dnnl::matmul::desc(bf16_desc(sa), bf16_desc(sb), bias_md, bf16_desc(so)), attr,
-        cpu_engine());
-    const std::string impl = pd.impl_info_str();
-    if (impl.rfind("ref", 0) == 0) return {};  // the reference loops: slower than float32
+        onednn::engine());
+    if (!onednn::is_fast(pd)) return {};
     return {true, dnnl::matmul(pd), pd.scratchpad_desc()};
   } catch (const dnnl::error&) {
     return {};  // a case this oneDNN does not implement
@@ -154,16 +139,15 @@ bool native_bf16_gemm(Backend& be, const Tensor& a, const Tensor& b, const Tenso
   if (args.bias != nullptr && (args.bias->dtype() != DType::bf16 || args.alpha != 1.0)) {
     return false;  // oneDNN would add the bias before scaling by alpha; rare enough to convert
   }
-  const auto contiguous = [&](const Tensor& t) {
-    Tensor c = empty(t.sizes(), {t.dtype(), t.device(), false});
-    be.copy(t, c);
+  // An operand as a BLAS-readable matrix: itself, or a contiguous copy when no stride is 1.
+  const auto readable = [&](const Tensor& t, BlasMatrix& m) {
+    if (common::blas_matrix(matrix_view(t), m)) return t;
+    Tensor c = contiguous_copy(be, t, DType::bf16);
+    common::blas_matrix(matrix_view(c), m);
     return c;
   };
   BlasMatrix ma, mb, mo;
-  const Tensor ta = common::blas_matrix(matrix_view(a), ma) ? a : contiguous(a);
-  const Tensor tb = common::blas_matrix(matrix_view(b), mb) ? b : contiguous(b);
-  common::blas_matrix(matrix_view(ta), ma);
-  common::blas_matrix(matrix_view(tb), mb);
+  const Tensor ta = readable(a, ma), tb = readable(b, mb);
   // The output row-major (oneDNN's fast kernels write rows); anything else goes through a copy.
   const MatrixView vo0 = matrix_view(out);
   const bool out_ok = common::blas_matrix(vo0, mo) && !(mo.transposed && vo0.rows > 1);
@@ -177,16 +161,14 @@ bool native_bf16_gemm(Backend& be, const Tensor& a, const Tensor& b, const Tenso
   const Operand sa = describe(matrix_view(ta), ma, args.trans_a);
   const Operand sb = describe(matrix_view(tb), mb, args.trans_b);
   if (sa.dims[2] == 0) return false;  // k = 0: out = beta * out, which the float32 path does
-  Operand so = describe(vo, mo, false);
-  so.dims[0] = vo.batch;
-  if (vo.batch > 1) so.strides[0] = vo.bs;
+  const Operand so = describe(vo, mo, false);
   // The bias contiguous: oneDNN's fast kernels read it densely whatever its strides say.
-  const Tensor bias_tensor =
-      args.bias == nullptr || args.bias->stride(0) == 1 ? Tensor() : contiguous(*args.bias);
+  const Tensor bias_tensor = args.bias == nullptr || args.bias->stride(0) == 1
+                                 ? Tensor()
+                                 : contiguous_copy(be, *args.bias, DType::bf16);
   const Tensor* bias_data = bias_tensor.defined() ? &bias_tensor : args.bias;
   Operand bias{};
   if (args.bias != nullptr) bias = {{1, 1, so.dims[2]}, {so.dims[2], so.dims[2], 1}};
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   std::vector<int64_t> key;
   key.reserve(32);
   for (const Operand* o : std::array<const Operand*, 4>{&sa, &sb, &so, &bias}) {
@@ -194,19 +176,11 @@ bool native_bf16_gemm(Backend& be, const Tensor& a, const Tensor& b, const Tenso
     key.insert(key.end(), o->strides.begin(), o->strides.end());
   }
   key.insert(key.end(), {args.bias != nullptr, float_bits(args.alpha), float_bits(args.beta),
-                         static_cast<int64_t>(args.activation), threads});
-  CachedPrimitive primitive;
-  {
-    std::lock_guard<std::mutex> lock(g_cache_mutex);
-    auto it = g_cache.find(key);
-    if (it == g_cache.end()) {
-      if (g_cache.size() >= kCacheLimit) g_cache.clear();
-      it = g_cache.emplace(key, create(sa, sb, so, args.bias ? &bias : nullptr, args)).first;
-    }
-    primitive = it->second;
-  }
+                         static_cast<int64_t>(args.activation), onednn::threads()});
+  const CachedPrimitive primitive =
+      g_cache.get(key, [&] { return create(sa, sb, so, args.bias ? &bias : nullptr, args); });
   if (!primitive.fast) return false;
-  dnnl::engine& engine = cpu_engine();
+  dnnl::engine& engine = onednn::engine();
   dnnl::stream stream(engine);
   const auto memory = [&](const Operand& o, const Tensor& t) {
     return dnnl::memory(bf16_desc(o), engine, const_cast<void*>(t.raw_data()));
