@@ -28,13 +28,20 @@ endif()
 message(STATUS "gradus: OpenBLAS ${GRADUS_OPENBLAS_LIBRARY}")
 
 # oneDNN (Debian's libdnnl-dev): bf16 GEMMs on the CPU's bf16 instructions
-# (src/backend/cpu/half_gemm.cpp). Optional: without it bf16 GEMMs convert to float32 and use
+# (src/backend/cpu/onednn_gemm.cpp). Optional: without it bf16 GEMMs convert to float32 and use
 # OpenBLAS, as they do on CPUs without those instructions.
-find_package(dnnl CONFIG QUIET HINTS ${GRADUS_DEPS_ROOT}/usr/lib/x86_64-linux-gnu/cmake/dnnl)
+# Debian's oneDNN is built with an OpenCL GPU runtime, and its CMake package requires OpenCL's
+# headers (ocl-icd-opencl-dev, only recommended by libdnnl-dev) or fails the configure outright:
+# without them gradus builds without oneDNN and says why.
+find_package(OpenCL QUIET)
+if(OpenCL_FOUND)
+  find_package(dnnl CONFIG QUIET HINTS ${GRADUS_DEPS_ROOT}/usr/lib/x86_64-linux-gnu/cmake/dnnl)
+endif()
 if(dnnl_FOUND)
   message(STATUS "gradus: oneDNN ${dnnl_VERSION}")
 else()
-  message(STATUS "gradus: oneDNN not found (Debian's libdnnl-dev): bf16 GEMMs convert to float32")
+  message(STATUS "gradus: oneDNN not found (Debian's libdnnl-dev and ocl-icd-opencl-dev, which "
+                 "its CMake package needs): bf16 GEMMs convert to float32")
 endif()
 
 # MPI (OpenMPI from Debian's libopenmpi-dev): processes, launch and CPU collectives of gradus::dist.

@@ -2,7 +2,7 @@
 # Installs gradus's build and run dependencies from Debian's packages (idempotent).
 set -euo pipefail
 packages=(build-essential cmake ninja-build ccache pkg-config git
-  libopenblas-openmp-dev libdnnl-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
+  libopenblas-openmp-dev libdnnl-dev ocl-icd-opencl-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev dataset-fashion-mnist
   openmpi-bin libopenmpi-dev procps libcairo2-dev libpcre2-dev
   iproute2

@@ -111,7 +111,9 @@ int run_info(bool json) {
     out["cpu_kernels"] = {{"isa", kernels.isa},
                           {"library", kernels.path},
                           {"half_gemm", kernels.half_gemm},
-                          {"native_bf16_gemm", kernels.native_bf16_gemm}};
+                          {"native_bf16_gemm", kernels.native_bf16_gemm},
+                          {"f32_gemm", kernels.f32_gemm},
+                          {"onednn_f32_gemm", kernels.onednn_f32_gemm}};
     out.update(hardware_report());
     out["mpi"] = dist::mpi_version();
     out["cudnn"] = cuda::cudnn_version();
@@ -126,6 +128,7 @@ int run_info(bool json) {
   std::printf("CPU kernels: %s%s%s\n", kernels.isa.c_str(), kernels.path.empty() ? "" : ", ",
               kernels.path.c_str());
   std::printf("16-bit GEMMs: %s\n", kernels.half_gemm.c_str());
+  std::printf("32-bit GEMMs: %s\n", kernels.f32_gemm.c_str());
   std::printf("threads: %d (OpenMP, %d processors)\n", get_num_threads(), omp_get_num_procs());
   std::printf("host memory cache: up to %zu MiB of freed blocks (GRADUS_HOST_CACHE_MB)\n",
               host::cache_stats().limit_bytes >> 20);

@@ -1,15 +1,17 @@
 // CPU batched GEMM against a naive float64 triple loop: transposes, row/column-major and padded
 // operands, broadcast batches, column-major outputs, alpha/beta, bias + activation epilogues,
-// f16/bf16, 2-D operands, many small batches, K = 0; the native bf16 GEMM (oneDNN) on its own
-// over the same cases, and which path this process takes.
+// f16/bf16, 2-D operands, many small batches, K = 0; oneDNN's GEMMs (bf16 on bf16 instructions,
+// float32 on AVX-512) on their own over the same cases, and which path this process takes.
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <numbers>
 #include <thread>
 
-#include "backend/cpu/half_gemm.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "backend_test_util.h"
 #include "gradus/core/cpu_kernels.h"
+#include "gradus/core/threads.h"
 
 namespace gradus::backend_test {
 namespace {
@@ -88,9 +90,9 @@ Tensor operand(int64_t B, int64_t R, int64_t C, int layout, DType dt, uint64_t s
   }
 }
 
-// How run_case multiplies: the CPU backend's gemm, or only the native bf16 GEMM, which must
-// take the case (no silent fallback).
-enum class Path { backend, native_bf16 };
+// How run_case multiplies: the CPU backend's gemm, or only oneDNN's GEMM (bf16 on bf16
+// instructions, float32 on AVX-512), which must take the case (no silent fallback).
+enum class Path { backend, onednn };
 
 void run_case(int64_t B, int64_t M, int64_t N, int64_t K, const GemmArgs& base, DType dt,
               int layout_a, int layout_b, bool out_col_major, bool broadcast_a, uint64_t seed,
@@ -111,9 +113,9 @@ void run_case(int64_t B, int64_t M, int64_t N, int64_t K, const GemmArgs& base, 
     args.bias = &bias;
   }
   const std::vector<double> expected = ref_gemm(a, b, out, args);
-  if (path == Path::native_bf16) {
-    ASSERT_TRUE(backend::cpu::native_bf16_gemm(cpu(), a, b, out, args))
-        << "the native bf16 GEMM declined M=" << M << " N=" << N << " K=" << K;
+  if (path == Path::onednn) {
+    ASSERT_TRUE(backend::cpu::onednn_gemm(cpu(), a, b, out, args))
+        << "oneDNN's " << dtype_name(dt) << " GEMM declined M=" << M << " N=" << N << " K=" << K;
   } else {
     cpu().gemm(a, b, out, args);
   }
@@ -218,6 +220,88 @@ bool native_bf16_expected() {
   return GRADUS_TEST_HAS_ONEDNN && __builtin_cpu_supports("avx512bf16") && !capped;
 }
 
+// Whether float32 GEMMs should run on oneDNN here: oneDNN in the build, AVX-512 (oneDNN's
+// avx512_core: F, BW, VL, DQ) in the CPU, and no ONEDNN_MAX_CPU_ISA below it.
+bool onednn_f32_expected() {
+  __builtin_cpu_init();
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const bool capped = cap != nullptr && std::string(cap).find("AVX512_CORE") == std::string::npos &&
+                      std::string(cap) != "ALL";
+  return GRADUS_TEST_HAS_ONEDNN && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq") && !capped;
+}
+
+TEST(BackendOnednnGemm, Float32TakesOneDnnExactlyWhereTheCpuHasAvx512) {
+  EXPECT_EQ(backend::cpu::onednn_f32_gemm(), onednn_f32_expected())
+      << backend::cpu::f32_gemm_description();
+  EXPECT_EQ(cpu_kernels_info().onednn_f32_gemm, onednn_f32_expected());
+  const Tensor a = make({4, 8}, uniform_values(32, 1, -1, 1), DType::f32);
+  const Tensor b = make({8, 3}, uniform_values(24, 2, -1, 1), DType::f32);
+  Tensor out = poisoned({4, 3}, DType::f32);
+  EXPECT_EQ(backend::cpu::onednn_gemm(cpu(), a, b, out, GemmArgs{}), onednn_f32_expected());
+  // float64 and f16 never go to oneDNN.
+  const Tensor a64 = make({4, 8}, uniform_values(32, 1, -1, 1), DType::f64);
+  const Tensor b64 = make({8, 3}, uniform_values(24, 2, -1, 1), DType::f64);
+  Tensor out64 = poisoned({4, 3}, DType::f64);
+  EXPECT_FALSE(backend::cpu::onednn_gemm(cpu(), a64, b64, out64, GemmArgs{}));
+}
+
+// oneDNN's float32 GEMM over the backend test's cases, against float64 at float32's tolerance.
+TEST(BackendOnednnGemm, Float32MatchesFloat64OverLayoutsAndEpilogues) {
+  if (!onednn_f32_expected()) {
+    GTEST_SKIP() << "float32 GEMMs run on OpenBLAS here (" << backend::cpu::f32_gemm_description()
+                 << "); BackendGemm covers that path";
+  }
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  layout_cases(DType::f32, 1e-5, 1e-5, seed, Path::onednn);
+  for (Activation act :
+       {Activation::none, Activation::relu, Activation::gelu, Activation::gelu_tanh}) {
+    for (bool with_bias : {false, true}) {
+      GemmArgs args;
+      args.beta = 1.5;
+      args.alpha = with_bias ? 1.0 : 0.5;
+      args.activation = act;
+      Tensor dummy;
+      if (with_bias) args.bias = &dummy;  // run_case substitutes a real (strided) bias
+      run_case(2, 31, 45, 19, args, DType::f32, 0, 0, false, false, seed, 1e-5, 1e-5, Path::onednn);
+      run_case(2, 31, 45, 19, args, DType::f32, 1, 2, true, false, seed, 1e-5, 1e-5, Path::onednn);
+      args.trans_b = true;
+      args.beta = 0;
+      run_case(1, 64, 128, 96, args, DType::f32, 0, 0, false, false, seed, 1e-5, 1e-5,
+               Path::onednn);
+    }
+  }
+}
+
+// Above the size where CpuBackend::gemm hands float32 to oneDNN, the product does not depend on
+// the thread count (no split of K across threads): what lets a run resume bitwise, and a layout
+// match one process, whatever the threads.
+TEST(BackendOnednnGemm, Float32ProductsAreTheSameAtEveryThreadCount) {
+  if (!onednn_f32_expected()) GTEST_SKIP() << backend::cpu::f32_gemm_description();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  const int saved = get_num_threads();
+  for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
+           {1024, 64, 256}, {64, 64, 4096}, {256, 704, 1024}, {8, 8, 20000}}) {
+    const Tensor a = make({m, k}, uniform_values(m * k, seed, -1, 1), DType::f32);
+    const Tensor b = make({k, n}, uniform_values(k * n, seed + 1, -1, 1), DType::f32);
+    std::vector<std::vector<double>> products;
+    for (int threads : {1, 2, 3, 4}) {
+      set_num_threads(threads);
+      Tensor out = poisoned({m, n}, DType::f32);
+      ASSERT_TRUE(backend::cpu::onednn_gemm(cpu(), a, b, out, GemmArgs{}));
+      products.push_back(read(out));
+    }
+    for (size_t t = 1; t < products.size(); ++t) {
+      EXPECT_EQ(products[t], products[0])
+          << m << "x" << n << "x" << k << " at " << t + 1 << " threads differs from 1 thread";
+    }
+  }
+  set_num_threads(saved);
+}
+
 TEST(BackendHalfGemm, TakesTheNativePathExactlyWhereTheCpuHasBf16) {
   EXPECT_EQ(backend::cpu::native_bf16_gemm(), native_bf16_expected())
       << backend::cpu::half_gemm_description();
@@ -225,7 +309,7 @@ TEST(BackendHalfGemm, TakesTheNativePathExactlyWhereTheCpuHasBf16) {
   const Tensor a = make({4, 8}, uniform_values(32, 1, -1, 1), DType::bf16);
   const Tensor b = make({8, 3}, uniform_values(24, 2, -1, 1), DType::bf16);
   Tensor out = poisoned({4, 3}, DType::bf16);
-  EXPECT_EQ(backend::cpu::native_bf16_gemm(cpu(), a, b, out, GemmArgs{}), native_bf16_expected());
+  EXPECT_EQ(backend::cpu::onednn_gemm(cpu(), a, b, out, GemmArgs{}), native_bf16_expected());
 }
 
 // The native bf16 GEMM over the backend test's cases: every transpose and operand layout,
@@ -239,7 +323,7 @@ TEST(BackendHalfGemm, NativeBf16MatchesFloat64OverLayoutsAndEpilogues) {
   SCOPED_TRACE(seed);
   const DType dt = DType::bf16;
   const double rtol = rtol_for(dt), atol = 1e-2;
-  layout_cases(dt, rtol, atol, seed, Path::native_bf16);
+  layout_cases(dt, rtol, atol, seed, Path::onednn);
   for (Activation act :
        {Activation::none, Activation::relu, Activation::gelu, Activation::gelu_tanh}) {
     for (bool with_bias : {false, true}) {
@@ -248,12 +332,12 @@ TEST(BackendHalfGemm, NativeBf16MatchesFloat64OverLayoutsAndEpilogues) {
       args.activation = act;
       Tensor dummy;
       if (with_bias) args.bias = &dummy;  // run_case substitutes a real (strided) bias
-      run_case(2, 31, 45, 19, args, dt, 0, 0, false, false, seed, rtol, atol, Path::native_bf16);
-      run_case(2, 31, 45, 19, args, dt, 1, 2, true, false, seed, rtol, atol, Path::native_bf16);
+      run_case(2, 31, 45, 19, args, dt, 0, 0, false, false, seed, rtol, atol, Path::onednn);
+      run_case(2, 31, 45, 19, args, dt, 1, 2, true, false, seed, rtol, atol, Path::onednn);
       args.trans_b = true;
       args.beta = 0;
       args.alpha = with_bias ? 1.0 : 0.5;
-      run_case(1, 64, 128, 96, args, dt, 0, 0, false, false, seed, rtol, atol, Path::native_bf16);
+      run_case(1, 64, 128, 96, args, dt, 0, 0, false, false, seed, rtol, atol, Path::onednn);
     }
   }
   // alpha with a bias, and K = 0, go to the float32 path (through the backend's gemm).
@@ -289,7 +373,7 @@ TEST(BackendHalfGemm, ConcurrentCallersGetTheirOwnProducts) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int c = 0; c < kCalls; ++c) {
-        handled[t] += backend::cpu::native_bf16_gemm(cpu(), a[t][c], b[t][c], out[t][c], {});
+        handled[t] += backend::cpu::onednn_gemm(cpu(), a[t][c], b[t][c], out[t][c], {});
       }
     });
   }

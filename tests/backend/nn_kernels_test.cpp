@@ -14,7 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/half_conv.h"
-#include "backend/cpu/half_gemm.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "gradus/core/host_memory.h"
 #include "gradus/gradus.h"
 #include "support/test_util.h"

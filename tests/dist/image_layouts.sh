@@ -71,25 +71,33 @@ ok "ZeRO-1 over a pipeline's data ranks resumed as a parameter server over tenso
 # SIGKILL under --pp 2 after a checkpoint, then resumed: bitwise the uninterrupted --pp 2 run.
 launch 2 --pp 2 --save "$work/pp.safetensors" >"$work/run.log" 2>&1 || fail "--pp 2: $(tail -3 "$work/run.log")"
 close_to "$work/one.safetensors" "$work/pp.safetensors" "--pp 2"
-launch 2 --pp 2 --checkpoint-dir "$work/ck_kill" --checkpoint-every 4 >"$work/kill.log" 2>&1 &
+# 12 epochs (192 steps), so that the run is still going when the poll below sees its first
+# checkpoint however fast the machine (2 epochs could end between two polls on a fast one).
+long=(--pp 2 --epochs 12)
+launch 2 "${long[@]}" --save "$work/pp_long.safetensors" >"$work/run.log" 2>&1 ||
+  fail "--pp 2, 12 epochs: $(tail -3 "$work/run.log")"
+launch 2 "${long[@]}" --checkpoint-dir "$work/ck_kill" --checkpoint-every 4 >"$work/kill.log" 2>&1 &
+job=$!
 killed=0
 for _ in $(seq 1 600); do
-  if [ -e "$work/ck_kill/ckpt-0000000004.safetensors" ]; then  # (the first: 28 steps left to land in)
+  if ls "$work/ck_kill" 2>/dev/null | grep -q '^ckpt-.*safetensors$'; then
     pkill -KILL -f "gradus train --model mlp.*ck_kill" && killed=1
     break
   fi
   sleep 0.05
 done
-wait
-[ "$killed" = 1 ] || fail "the --pp 2 run was not killed mid-run (it ended first, or no checkpoint appeared)"
+wait "$job"
+rc=$?
+[ "$killed" = 1 ] || fail "the --pp 2 run was not killed mid-run (no checkpoint appeared): $(tail -3 "$work/kill.log")"
+[ "$rc" != 0 ] || fail "the killed --pp 2 run exited 0: the kill did not land"
+grep -q "^test_accuracy=" "$work/kill.log" && fail "the killed run finished before the kill landed"
 last=$(ls "$work/ck_kill" | grep -c "^ckpt-") || true
-[ ! -e "$work/ck_kill/ckpt-0000000032.safetensors" ] || fail "the killed run reached the last step before the kill landed"
-launch 2 --pp 2 --checkpoint-dir "$work/ck_kill" --resume --save "$work/pp_killed.safetensors" \
+launch 2 "${long[@]}" --checkpoint-dir "$work/ck_kill" --resume --save "$work/pp_killed.safetensors" \
   >"$work/run.log" 2>&1 || fail "--pp 2 resume after SIGKILL: $(tail -3 "$work/run.log")"
 grep -q "resuming from .* (step [1-9]" "$work/run.log" || fail "--pp 2 after SIGKILL did not resume: $(head -3 "$work/run.log")"
-cmp -s "$work/pp.safetensors" "$work/pp_killed.safetensors" ||
-  fail "--pp 2 killed and resumed ended elsewhere than uninterrupted: $("$gradus" inspect "$work/pp.safetensors" --compare "$work/pp_killed.safetensors" | tail -1)"
-ok "--pp 2 killed (SIGKILL, 1 kill landed, $last checkpoint file(s) then) and resumed: bitwise the uninterrupted --pp 2 run"
+cmp -s "$work/pp_long.safetensors" "$work/pp_killed.safetensors" ||
+  fail "--pp 2 killed and resumed ended elsewhere than uninterrupted: $("$gradus" inspect "$work/pp_long.safetensors" --compare "$work/pp_killed.safetensors" | tail -1)"
+ok "--pp 2 killed (SIGKILL, 1 kill landed, mpirun exit $rc, $last checkpoint file(s) then) and resumed: bitwise the uninterrupted --pp 2 run"
 
 # Options the model-parallel loop refused, now against one process doing the same.
 for opts in "--freeze 0" "--grad-clip 0.05" "--grad-checkpoint 1"; do

@@ -94,6 +94,7 @@ TEST_P(FusedAttention, MatchesTheCompositeForwardAndBackward) {
       {{3, 70, 12}, {3, 45, 12}, {3, 45, 20}, true, 0.0},               // causal, Tq > Tk
       {{2, 2, 67, 16}, {2, 2, 67, 16}, {2, 2, 67, 16}, true, 0.3},      // dropout
       {{5, 9}, {7, 9}, {7, 3}, false, 0.5},                             // no batch dims
+      {{1, 2, 70, 80}, {1, 2, 70, 80}, {1, 2, 70, 72}, true, 0.0},      // heads over 64 wide
   };
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));

@@ -15,6 +15,10 @@ struct CpuKernelsInfo {
   // the CPU (or ONEDNN_MAX_CPU_ISA) rules the native path out.
   std::string half_gemm;
   bool native_bf16_gemm = false;
+  // How float32 GEMMs run: on oneDNN's AVX-512 kernels ("AVX-512 (oneDNN 2.6.3); OpenBLAS below
+  // N multiply-adds") or on OpenBLAS.
+  std::string f32_gemm;
+  bool onednn_f32_gemm = false;
 };
 
 CpuKernelsInfo cpu_kernels_info();

@@ -19,13 +19,21 @@
 //
 // exp runs through vec::exp in `omp simd` loops (libm's expf is a scalar call, and the exps are
 // most of this kernel's non-GEMM time at small head sizes).
+//
+// The tiles' work: float32 on a CPU with AVX-512 goes through attention_tiles.h (products without
+// BLAS's call overhead, and AVX-512 where OpenBLAS and the build are held to AVX2). Its product
+// reads the right operand row-major, so the two products by a transpose (S = Q K^T, dPd = dO V^T)
+// read transposed copies of K and V made once per call. Everything else, and any CPU without
+// AVX-512, goes through BLAS and the loops below.
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "backend/cpu/attention_tiles.h"
 #include "backend/cpu/float_args.h"
 #include "backend/cpu/loops.h"
 #include "backend/cpu/vec_math.h"
@@ -51,6 +59,23 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
               static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+// True where the tiles of C's attention run on attention_tiles.h.
+template <typename C>
+bool avx512_tiles() {
+  return std::is_same_v<C, float> && tile::avx512();
+}
+
+// A tile product C (+)= alpha op(A) B, B row-major: attention_tiles.h's kernel for float32 where
+// it runs, else BLAS.
+template <typename C>
+void tile_product(bool ta, int64_t m, int64_t n, int64_t k, C alpha, const C* a, int64_t lda,
+                  const C* b, int64_t ldb, C beta, C* c, int64_t ldc) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (tile::avx512()) return tile::gemm(ta, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  gemm(ta, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 struct Dims {
@@ -83,6 +108,44 @@ Rows<C> mutable_rows_of(const Tensor& t) {
   return {t, t.data_ptr<C>()};
 }
 
+// K or V as the right operand of a product by its transpose (S = Q K^T, dPd = dO V^T). BLAS
+// reads the rows transposed in place; tile_gemm.h's kernel reads a transposed copy, [entry][width]
+// [T] (one pass over K or V, next to the T / 2 passes of the products that read it).
+template <typename C>
+class Transposed {
+ public:
+  Transposed(const Tensor& t, int64_t entries)
+      : rows_(rows_of<C>(t)), width_(t.size(3)), len_(t.size(2)) {
+    if (!avx512_tiles<C>()) return;
+    // A tensor, not a vector: the host allocator's cache spares the page faults of a new mapping
+    // on every call, and --memory-limit sees it.
+    copy_ = empty({entries * width_ * len_}, {DTypeOf<C>::value, Device::cpu(), false});
+    C* base = copy_.data_ptr<C>();
+    parallel_for(entries, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t e = begin; e < end; ++e) {
+        if constexpr (std::is_same_v<C, float>) {
+          tile::transpose(rows_.at(e, 0), rows_.ld, len_, width_, base + e * width_ * len_, len_);
+        }
+      }
+    });
+  }
+  // out[m x cols] (row stride ldo) = alpha * A[m x width] X[k0 .. k0 + cols)^T of entry e.
+  void product(int64_t e, int64_t m, int64_t k0, int64_t cols, C alpha, const C* a, int64_t lda,
+               C* out, int64_t ldo) const {
+    if (!copy_.defined()) {
+      gemm(false, true, m, cols, width_, alpha, a, lda, rows_.at(e, k0), rows_.ld, C(0), out, ldo);
+    } else {
+      const C* x = copy_.data_ptr<C>() + e * width_ * len_ + k0;
+      tile_product(false, m, cols, width_, alpha, a, lda, x, len_, C(0), out, ldo);
+    }
+  }
+
+ private:
+  Rows<const C> rows_;
+  int64_t width_, len_;
+  Tensor copy_;
+};
+
 // Zeroes rows [t0, t0 + n) of entry bh.
 template <typename C>
 void zero_rows(const Rows<C>& r, int64_t bh, int64_t t0, int64_t n, int64_t width) {
@@ -113,17 +176,60 @@ int64_t task_grain(int64_t macs) {
   return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(macs, 1));
 }
 
+// The forward's online-softmax step on one tile of scores s (rows x cols of queries q0.., keys
+// k0.., row stride kCols): the running max m and sum l grow, s becomes exp(s - m) (then the
+// dropout multipliers), and acc is rescaled where the max grew. avx512: attention_tiles.h's copy
+// (float32, no dropout).
+template <typename C>
+void online_softmax(const AttentionArgs& a, const Dims& d, int64_t b, int64_t q0, int64_t rows,
+                    int64_t k0, int64_t cols, bool avx512, C* s, C* m, C* l, C* acc, float* u) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (avx512)
+      return tile::online_softmax(s, kCols, rows, {a.causal, q0, k0, cols}, m, l, acc, d.dv);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    C* sr = s + r * kCols;
+    const int64_t n = visible(a, q0 + r, k0, cols);
+    C mx = m[r];
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < n; ++j) mx = sr[j] > mx ? sr[j] : mx;
+    if (n == 0 || mx == -std::numeric_limits<C>::infinity()) {
+      std::fill(sr, sr + cols, C(0));
+      continue;
+    }
+    const C rescale = std::exp(m[r] - mx);  // 0 on the first visible tile
+    C sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; ++j) {
+      const C e = vec::exp(sr[j] - mx);
+      sr[j] = e;
+      sum += e;
+    }
+    std::fill(sr + n, sr + cols, C(0));
+    l[r] = l[r] * rescale + sum;
+    m[r] = mx;
+    if (rescale != C(1)) {
+      C* ar = acc + r * d.dv;
+#pragma omp simd
+      for (int64_t c = 0; c < d.dv; ++c) ar[c] *= rescale;
+    }
+    if (a.dropout_p > 0) apply_dropout(a, d, b, q0 + r, k0, cols, sr, u);
+  }
+}
+
 template <typename C>
 void forward(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& outt,
              const Tensor& lset, const AttentionArgs& a) {
   const Dims d = dims_of(qt, vt);
-  const Rows<const C> q = rows_of<C>(qt), k = rows_of<C>(kt), v = rows_of<C>(vt);
+  const Rows<const C> q = rows_of<C>(qt), v = rows_of<C>(vt);
   const Rows<C> out = mutable_rows_of<C>(outt);
   C* lse = lset.data_ptr<C>();
   const int64_t qtiles = (d.tq + kRows - 1) / kRows;
   const C scale = static_cast<C>(a.scale);
   const bool dropout = a.dropout_p > 0;
   const int64_t tile_macs = std::min(kRows, d.tq) * d.tk * (d.d + d.dv);
+  const Transposed<C> kT(kt, d.batch);
+  const bool fast_softmax = avx512_tiles<C>() && !dropout;
   parallel_for(d.batch * qtiles, task_grain(tile_macs), [&](int64_t begin, int64_t end) {
     std::vector<C> s(kRows * kCols), acc(kRows * d.dv), m(kRows), l(kRows);
     std::vector<float> u(dropout ? kCols : 0);
@@ -137,38 +243,11 @@ void forward(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor&
       const int64_t kend = a.causal ? std::min(d.tk, q0 + rows) : d.tk;
       for (int64_t k0 = 0; k0 < kend; k0 += kCols) {
         const int64_t cols = std::min(kCols, kend - k0);
-        gemm(false, true, rows, cols, d.d, scale, qb, q.ld, k.at(b, k0), k.ld, C(0), s.data(),
-             kCols);
-        for (int64_t r = 0; r < rows; ++r) {
-          C* sr = s.data() + r * kCols;
-          const int64_t n = visible(a, q0 + r, k0, cols);
-          C mx = m[r];
-#pragma omp simd reduction(max : mx)
-          for (int64_t j = 0; j < n; ++j) mx = sr[j] > mx ? sr[j] : mx;
-          if (n == 0 || mx == -std::numeric_limits<C>::infinity()) {
-            std::fill(sr, sr + cols, C(0));
-            continue;
-          }
-          const C rescale = std::exp(m[r] - mx);  // 0 on the first visible tile
-          C sum = 0;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t j = 0; j < n; ++j) {
-            const C e = vec::exp(sr[j] - mx);
-            sr[j] = e;
-            sum += e;
-          }
-          std::fill(sr + n, sr + cols, C(0));
-          l[r] = l[r] * rescale + sum;
-          m[r] = mx;
-          if (rescale != C(1)) {
-            C* ar = acc.data() + r * d.dv;
-#pragma omp simd
-            for (int64_t c = 0; c < d.dv; ++c) ar[c] *= rescale;
-          }
-          if (dropout) apply_dropout(a, d, b, q0 + r, k0, cols, sr, u.data());
-        }
-        gemm(false, false, rows, d.dv, cols, C(1), s.data(), kCols, v.at(b, k0), v.ld, C(1),
-             acc.data(), d.dv);
+        kT.product(b, rows, k0, cols, scale, qb, q.ld, s.data(), kCols);
+        online_softmax<C>(a, d, b, q0, rows, k0, cols, fast_softmax, s.data(), m.data(), l.data(),
+                          acc.data(), u.data());
+        tile_product(false, rows, d.dv, cols, C(1), s.data(), kCols, v.at(b, k0), v.ld, C(1),
+                     acc.data(), d.dv);
       }
       for (int64_t r = 0; r < rows; ++r) {
         // A row that sees no key (only possible when Tk = 0) outputs 0 with lse = -inf.
@@ -187,16 +266,22 @@ template <typename C>
 struct TileMath {
   const AttentionArgs& a;
   const Dims& d;
-  Rows<const C> q, k, v, go;
+  Rows<const C> q, go;
+  const Transposed<C>&kT, &vT;
   const C *lse, *delta;
   C scale;
+  bool avx512;  // the softmax step on attention_tiles.h (float32 without dropout)
   // Fills p with Pd and ds with dS for queries q0.. (rows) and keys k0.. (cols) of batch b.
   void run(int64_t b, int64_t q0, int64_t rows, int64_t k0, int64_t cols, C* p, C* ds,
            float* u) const {
-    gemm(false, true, rows, cols, d.d, scale, q.at(b, q0), q.ld, k.at(b, k0), k.ld, C(0), p, kCols);
-    // dPd = dO V^T
-    gemm(false, true, rows, cols, d.dv, C(1), go.at(b, q0), go.ld, v.at(b, k0), v.ld, C(0), ds,
-         kCols);
+    kT.product(b, rows, k0, cols, scale, q.at(b, q0), q.ld, p, kCols);
+    vT.product(b, rows, k0, cols, C(1), go.at(b, q0), go.ld, ds, kCols);  // dPd = dO V^T
+    if constexpr (std::is_same_v<C, float>) {
+      if (avx512 && a.dropout_p == 0) {
+        return tile::softmax_backward(p, ds, kCols, rows, {a.causal, q0, k0, cols},
+                                      lse + b * d.tq + q0, delta + b * d.tq + q0);
+      }
+    }
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = q0 + r;
       C* pr = p + r * kCols;
@@ -227,7 +312,7 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
               const Tensor& gvt, const AttentionArgs& a) {
   const Dims d = dims_of(qt, vt);
   const Rows<const C> go = rows_of<C>(got), o = rows_of<C>(outt), q = rows_of<C>(qt),
-                      k = rows_of<C>(kt), v = rows_of<C>(vt);
+                      k = rows_of<C>(kt);
   std::vector<C> delta(d.batch * d.tq);
   parallel_for(d.batch * d.tq, 256, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
@@ -239,7 +324,9 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
     }
   });
   const C scale = static_cast<C>(a.scale);
-  const TileMath<C> tile{a, d, q, k, v, go, lset.data_ptr<C>(), delta.data(), scale};
+  const Transposed<C> kT(kt, d.batch), vT(vt, d.batch);
+  const TileMath<C> tile{
+      a, d, q, go, kT, vT, lset.data_ptr<C>(), delta.data(), scale, avx512_tiles<C>()};
   const bool dropout = a.dropout_p > 0;
 
   const int64_t ktiles = (d.tk + kCols - 1) / kCols;
@@ -265,12 +352,12 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
           for (int64_t k0 = 0; k0 < kend; k0 += kCols) {
             const int64_t cols = std::min(kCols, kend - k0);
             tile.run(b, q0, rows, k0, cols, p.data(), ds.data(), u.data());
-            gemm(true, false, cols, d.dv, rows, C(1), p.data(), kCols, go.at(b, q0), go.ld, C(1),
-                 gv.at(b, k0), gv.ld);
-            gemm(true, false, cols, d.d, rows, scale, ds.data(), kCols, q.at(b, q0), q.ld, C(1),
-                 gk.at(b, k0), gk.ld);
-            gemm(false, false, rows, d.d, cols, scale, ds.data(), kCols, k.at(b, k0), k.ld, C(1),
-                 gq.at(b, q0), gq.ld);
+            tile_product(true, cols, d.dv, rows, C(1), p.data(), kCols, go.at(b, q0), go.ld, C(1),
+                         gv.at(b, k0), gv.ld);
+            tile_product(true, cols, d.d, rows, scale, ds.data(), kCols, q.at(b, q0), q.ld, C(1),
+                         gk.at(b, k0), gk.ld);
+            tile_product(false, rows, d.d, cols, scale, ds.data(), kCols, k.at(b, k0), k.ld, C(1),
+                         gq.at(b, q0), gq.ld);
           }
         }
       }
@@ -298,10 +385,10 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
         // differently from the first m x n' rows of a wider one (OpenBLAS's Haswell kernels do).
         const int64_t seen = a.causal ? std::min(cols, q0 + rows - k0) : cols;
         tile.run(b, q0, rows, k0, seen, p.data(), ds.data(), u.data());
-        gemm(true, false, seen, d.dv, rows, C(1), p.data(), kCols, go.at(b, q0), go.ld, C(1), gvb,
-             gv.ld);
-        gemm(true, false, seen, d.d, rows, scale, ds.data(), kCols, q.at(b, q0), q.ld, C(1), gkb,
-             gk.ld);
+        tile_product(true, seen, d.dv, rows, C(1), p.data(), kCols, go.at(b, q0), go.ld, C(1), gvb,
+                     gv.ld);
+        tile_product(true, seen, d.d, rows, scale, ds.data(), kCols, q.at(b, q0), q.ld, C(1), gkb,
+                     gk.ld);
       }
     }
   });
@@ -320,8 +407,8 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
       for (int64_t k0 = 0; k0 < kend; k0 += kCols) {
         const int64_t cols = std::min(kCols, kend - k0);
         tile.run(b, q0, rows, k0, cols, p.data(), ds.data(), u.data());
-        gemm(false, false, rows, d.d, cols, scale, ds.data(), kCols, k.at(b, k0), k.ld, C(1), gqb,
-             gq.ld);
+        tile_product(false, rows, d.d, cols, scale, ds.data(), kCols, k.at(b, k0), k.ld, C(1), gqb,
+                     gq.ld);
       }
     }
   });

@@ -3,14 +3,15 @@
 // Each operand's matrix is handed to cblas as row-major with a leading dimension: a column-major
 // operand (unit stride on the second-to-last axis) is the row-major transpose with the transpose
 // flag flipped, and a column-major output computes C^T = op(B)^T op(A)^T. Anything else is made
-// contiguous first. bf16 runs on the CPU's bf16 instructions where it has them (half_gemm.h);
-// otherwise f16/bf16 are converted to f32, multiplied with sgemm and rounded back.
+// contiguous first. bf16 runs on the CPU's bf16 instructions where it has them, and float32 on
+// oneDNN's AVX-512 kernels where the CPU has AVX-512 (onednn_gemm.h); otherwise f16/bf16 are
+// converted to f32, multiplied with sgemm and rounded back.
 #include <cblas.h>
 
 #include "backend/common/layout.h"
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/half_gemm.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/vec_math.h"
 
 namespace gradus::backend::cpu {
@@ -212,7 +213,13 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& out, const
   const DType dt = out.dtype();
   GRADUS_CHECK(is_floating(dt), DTypeError, "gemm: expected a floating dtype, got ",
                dtype_name(dt));
-  if (dt == DType::bf16 && native_bf16_gemm(*this, a, b, out, args)) return;
+  if (dt == DType::bf16 && onednn_gemm(*this, a, b, out, args)) return;
+  if (dt == DType::f32 && onednn_f32_gemm()) {
+    const MatrixView vo = matrix_view(out), va = matrix_view(a);
+    const int64_t k = args.trans_a ? va.rows : va.cols;
+    if (vo.rows * vo.cols * k >= onednn_f32_min_work() && onednn_gemm(*this, a, b, out, args))
+      return;
+  }
   // f16, and bf16 without bf16 instructions: multiply in f32 and round once when storing.
   if (dt == DType::f16 || dt == DType::bf16) {
     const Tensor a32 = contiguous_copy(*this, unbroadcast_batch(a), DType::f32);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/half_gemm.h"
+#include "backend/cpu/onednn_gemm.h"
 
 #if GRADUS_HAS_ONEDNN
 #include "backend/cpu/onednn_util.h"

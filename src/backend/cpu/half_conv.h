@@ -1,5 +1,5 @@
 // bf16 convolutions on the CPU's bf16 instructions through oneDNN (the GEMM's counterpart,
-// half_gemm.h): forward, backward-data and backward-weight, float32 accumulation, one rounding
+// onednn_gemm.h): forward, backward-data and backward-weight, float32 accumulation, one rounding
 // when storing. Each returns false, with nothing written, where the native path is off
 // (native_bf16_gemm() is false) or oneDNN has no fast kernel for the case; CpuBackend then runs
 // its float32 kernels on converted copies. Shapes and arguments as in backend.h's conv2d.

@@ -1,6 +1,6 @@
 // What cpu_kernels_info() reports: the instruction set this copy of the CPU backend was compiled
 // for (the compiler's ISA macros) and the file it was loaded from.
-#include "backend/cpu/half_gemm.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "core/shared_library.h"
 #include "gradus/core/cpu_kernels.h"
 
@@ -38,6 +38,8 @@ CpuKernelsInfo cpu_kernels_info() {
   info.path = detail::library_path(&kInThisLibrary);
   info.half_gemm = backend::cpu::half_gemm_description();
   info.native_bf16_gemm = backend::cpu::native_bf16_gemm();
+  info.f32_gemm = backend::cpu::f32_gemm_description();
+  info.onednn_f32_gemm = backend::cpu::onednn_f32_gemm();
   return info;
 }
 

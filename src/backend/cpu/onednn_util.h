@@ -1,4 +1,4 @@
-// What the CPU backend's oneDNN paths (half_gemm.cpp, half_conv.cpp) share: the engine, the
+// What the CPU backend's oneDNN paths (onednn_gemm.cpp, half_conv.cpp) share: the engine, the
 // primitive attributes, the check that oneDNN picked a fast kernel, and the primitive cache.
 // Included only where GRADUS_HAS_ONEDNN is set.
 #pragma once

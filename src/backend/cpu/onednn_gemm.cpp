@@ -1,11 +1,13 @@
-// bf16 GEMMs on oneDNN's matmul (half_gemm.h). Chosen over OpenBLAS's sbgemm by measurement and
-// availability (docs/performance.md, "bf16 on the CPU"): Debian's OpenBLAS is built without it,
-// and OPENBLAS_CORETYPE=Haswell would keep it off AVX512-BF16 anyway.
+// bf16 and float32 GEMMs on oneDNN's matmul (onednn_gemm.h). For bf16, chosen over OpenBLAS's
+// sbgemm by measurement and availability (docs/performance.md, "bf16 on the CPU"): Debian's
+// OpenBLAS is built without it, and OPENBLAS_CORETYPE=Haswell would keep it off AVX512-BF16
+// anyway. For float32 on AVX-512, by measurement (docs/performance.md, "float32 GEMMs on
+// AVX-512"): OpenBLAS's AVX2 kernels reach half of oneDNN's rate there.
 //
 // Each call describes op(a), op(b) and out to oneDNN as strided [batch, rows, cols] tensors, so a
 // transposed or column-major operand needs no copy; a batch of one broadcasts. Primitives are
 // cached by everything that shapes them (sizes, strides, epilogue, thread count).
-#include "backend/cpu/half_gemm.h"
+#include "backend/cpu/onednn_gemm.h"
 
 #include <algorithm>
 #include <array>
@@ -38,6 +40,13 @@ bool cpu_has_bf16_instructions() {
   return (isa & bf16) == bf16;
 }
 
+// oneDNN's AVX-512 float32 kernels (brgemm needs avx512_core: Skylake-X, Zen 4 and later).
+bool cpu_has_avx512_core() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  return (isa & avx512) == avx512;
+}
+
 const char* isa_name() {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
@@ -61,8 +70,8 @@ Operand describe(const MatrixView& v, const BlasMatrix& m, bool transpose) {
   return {{batch, rows, cols}, {bs, rs, cs}};
 }
 
-dnnl::memory::desc bf16_desc(const Operand& o) {
-  return dnnl::memory::desc({o.dims.begin(), o.dims.end()}, dnnl::memory::data_type::bf16,
+dnnl::memory::desc desc_of(const Operand& o, dnnl::memory::data_type type) {
+  return dnnl::memory::desc({o.dims.begin(), o.dims.end()}, type,
                             {o.strides.begin(), o.strides.end()});
 }
 
@@ -92,8 +101,8 @@ dnnl::algorithm eltwise_of(Activation act) {
   }
 }
 
-CachedPrimitive create(const Operand& sa, const Operand& sb, const Operand& so, const Operand* bias,
-                       const GemmArgs& args) {
+CachedPrimitive create(dnnl::memory::data_type type, const Operand& sa, const Operand& sb,
+                       const Operand& so, const Operand* bias, const GemmArgs& args) {
   dnnl::primitive_attr attr = onednn::user_scratchpad();
   if (args.alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(args.alpha)});
   dnnl::post_ops post;
@@ -102,10 +111,10 @@ CachedPrimitive create(const Operand& sa, const Operand& sb, const Operand& so, 
     post.append_eltwise(1.0F, eltwise_of(args.activation), 0.0F, 0.0F);
   }
   attr.set_post_ops(post);
-  const dnnl::memory::desc bias_md = bias ? bf16_desc(*bias) : dnnl::memory::desc();
+  const dnnl::memory::desc bias_md = bias ? desc_of(*bias, type) : dnnl::memory::desc();
   try {
     const dnnl::matmul::primitive_desc pd(
-        dnnl::matmul::desc(bf16_desc(sa), bf16_desc(sb), bias_md, bf16_desc(so)), attr,
+        dnnl::matmul::desc(desc_of(sa, type), desc_of(sb, type), bias_md, desc_of(so, type)), attr,
         onednn::engine());
     if (!onednn::is_fast(pd)) return {};
     return {true, dnnl::matmul(pd), pd.scratchpad_desc()};
@@ -121,28 +130,50 @@ bool native_bf16_gemm() {
   return native;
 }
 
-std::string half_gemm_description() {
+bool onednn_f32_gemm() {
+  static const bool onednn = cpu_has_avx512_core();
+  return onednn;
+}
+
+namespace {
+
+std::string onednn_version() {
   const dnnl::version_t* v = dnnl::version();
-  const std::string onednn = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) +
-                             "." + std::to_string(v->patch);
-  if (native_bf16_gemm()) return std::string("bf16 on ") + isa_name() + " (" + onednn + ")";
-  return "bf16 converted to float32 (no bf16 instructions seen by " + onednn +
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch);
+}
+
+}  // namespace
+
+std::string half_gemm_description() {
+  if (native_bf16_gemm())
+    return std::string("bf16 on ") + isa_name() + " (" + onednn_version() + ")";
+  return "bf16 converted to float32 (no bf16 instructions seen by " + onednn_version() +
          "); f16 converted to float32";
 }
 
-bool native_bf16_gemm(Backend& be, const Tensor& a, const Tensor& b, const Tensor& out,
-                      const GemmArgs& args) {
-  if (!native_bf16_gemm() || a.dtype() != DType::bf16 || b.dtype() != DType::bf16 ||
-      out.dtype() != DType::bf16) {
-    return false;
+std::string f32_gemm_description() {
+  if (onednn_f32_gemm()) {
+    return "AVX-512 (" + onednn_version() + "); OpenBLAS below " +
+           std::to_string(onednn_f32_min_work()) + " multiply-adds";
   }
-  if (args.bias != nullptr && (args.bias->dtype() != DType::bf16 || args.alpha != 1.0)) {
+  return "OpenBLAS (no AVX-512 seen by " + onednn_version() + ")";
+}
+
+bool onednn_gemm(Backend& be, const Tensor& a, const Tensor& b, const Tensor& out,
+                 const GemmArgs& args) {
+  const DType dt = out.dtype();
+  const bool on = dt == DType::bf16 ? native_bf16_gemm() : dt == DType::f32 && onednn_f32_gemm();
+  if (!on || a.dtype() != dt || b.dtype() != dt) return false;
+  if (args.bias != nullptr && (args.bias->dtype() != dt || args.alpha != 1.0)) {
     return false;  // oneDNN would add the bias before scaling by alpha; rare enough to convert
   }
+  const dnnl::memory::data_type type =
+      dt == DType::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
   // An operand as a BLAS-readable matrix: itself, or a contiguous copy when no stride is 1.
   const auto readable = [&](const Tensor& t, BlasMatrix& m) {
     if (common::blas_matrix(matrix_view(t), m)) return t;
-    Tensor c = contiguous_copy(be, t, DType::bf16);
+    Tensor c = contiguous_copy(be, t, dt);
     common::blas_matrix(matrix_view(c), m);
     return c;
   };
@@ -153,7 +184,7 @@ bool native_bf16_gemm(Backend& be, const Tensor& a, const Tensor& b, const Tenso
   const bool out_ok = common::blas_matrix(vo0, mo) && !(mo.transposed && vo0.rows > 1);
   Tensor to = out;
   if (!out_ok) {
-    to = empty(out.sizes(), {DType::bf16, out.device(), false});
+    to = empty(out.sizes(), {dt, out.device(), false});
     if (args.beta != 0.0) be.copy(out, to);
     common::blas_matrix(matrix_view(to), mo);
   }
@@ -165,7 +196,7 @@ bool native_bf16_gemm(Backend& be, const Tensor& a, const Tensor& b, const Tenso
   // The bias contiguous: oneDNN's fast kernels read it densely whatever its strides say.
   const Tensor bias_tensor = args.bias == nullptr || args.bias->stride(0) == 1
                                  ? Tensor()
-                                 : contiguous_copy(be, *args.bias, DType::bf16);
+                                 : contiguous_copy(be, *args.bias, dt);
   const Tensor* bias_data = bias_tensor.defined() ? &bias_tensor : args.bias;
   Operand bias{};
   if (args.bias != nullptr) bias = {{1, 1, so.dims[2]}, {so.dims[2], so.dims[2], 1}};
@@ -175,15 +206,16 @@ bool native_bf16_gemm(Backend& be, const Tensor& a, const Tensor& b, const Tenso
     key.insert(key.end(), o->dims.begin(), o->dims.end());
     key.insert(key.end(), o->strides.begin(), o->strides.end());
   }
-  key.insert(key.end(), {args.bias != nullptr, float_bits(args.alpha), float_bits(args.beta),
-                         static_cast<int64_t>(args.activation), onednn::threads()});
+  key.insert(key.end(),
+             {static_cast<int64_t>(dt), args.bias != nullptr, float_bits(args.alpha),
+              float_bits(args.beta), static_cast<int64_t>(args.activation), onednn::threads()});
   const CachedPrimitive primitive =
-      g_cache.get(key, [&] { return create(sa, sb, so, args.bias ? &bias : nullptr, args); });
+      g_cache.get(key, [&] { return create(type, sa, sb, so, args.bias ? &bias : nullptr, args); });
   if (!primitive.fast) return false;
   dnnl::engine& engine = onednn::engine();
   dnnl::stream stream(engine);
   const auto memory = [&](const Operand& o, const Tensor& t) {
-    return dnnl::memory(bf16_desc(o), engine, const_cast<void*>(t.raw_data()));
+    return dnnl::memory(desc_of(o, type), engine, const_cast<void*>(t.raw_data()));
   };
   std::unordered_map<int, dnnl::memory> io{{DNNL_ARG_SRC, memory(sa, ta)},
                                            {DNNL_ARG_WEIGHTS, memory(sb, tb)},
@@ -196,7 +228,7 @@ bool native_bf16_gemm(Backend& be, const Tensor& a, const Tensor& b, const Tenso
     primitive.matmul.execute(stream, io);
     stream.wait();
   } catch (const dnnl::error& e) {
-    throw Error(std::string("gemm: oneDNN's bf16 matmul failed: ") + e.what());
+    throw Error(std::string("gemm: oneDNN's ") + dtype_name(dt) + " matmul failed: " + e.what());
   }
   if (to.raw_data() != out.raw_data()) be.copy(to, out);
   return true;
@@ -208,11 +240,19 @@ bool native_bf16_gemm() {
   return false;
 }
 
+bool onednn_f32_gemm() {
+  return false;
+}
+
 std::string half_gemm_description() {
   return "bf16 and f16 converted to float32 (gradus built without oneDNN)";
 }
 
-bool native_bf16_gemm(Backend&, const Tensor&, const Tensor&, const Tensor&, const GemmArgs&) {
+std::string f32_gemm_description() {
+  return "OpenBLAS (gradus built without oneDNN)";
+}
+
+bool onednn_gemm(Backend&, const Tensor&, const Tensor&, const Tensor&, const GemmArgs&) {
   return false;
 }
 
