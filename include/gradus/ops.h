@@ -253,12 +253,17 @@ struct AttentionOptions {
   double dropout_p = 0.0;       // on the attention probabilities; pass 0 when not training
   std::optional<double> scale;  // default 1 / sqrt(head size)
   Generator* generator = nullptr;
+  // Grouped-query attention (PyTorch's enable_gqa): 4-D k and v may have Hkv heads (dim 1) for an
+  // Hkv that divides q's H; query head h attends with key/value head h / (H / Hkv). The CPU
+  // kernel reads the shared heads in place; other devices repeat them first.
+  bool enable_gqa = false;
 };
 // softmax(q k^T * scale [+ causal mask]) v, fused: on the CPU the [Tq, Tk] scores are never
 // materialised (each thread holds one 64 x 64 tile), and backward recomputes them; on a GPU they
 // are, through cuBLASLt, while they fit gradus::cuda::attention_scores_limit(). q [..., Tq, D],
-// k [..., Tk, D], v [..., Tk, Dv] with equal leading dims -> [..., Tq, Dv]. The dropout mask is
-// the one dropout() would draw for the [..., Tq, Tk] probabilities from the same generator state.
+// k [..., Tk, D], v [..., Tk, Dv] with equal leading dims (but the heads, with enable_gqa) ->
+// [..., Tq, Dv]. The dropout mask is the one dropout() would draw for the [..., Tq, Tk]
+// probabilities from the same generator state.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionOptions& options = {});
 // Rotary position embedding (RoPE) in the "rotate half" layout of Llama and transformers: with

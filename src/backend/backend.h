@@ -295,8 +295,12 @@ class Backend {
   // be laid out [B, T, H, Dv]); lse [B * H, Tq] contiguous (f32, f64 for f64 inputs): each
   // row's log-sum-exp of its scaled, unmasked scores. Entry (b, h) is entry b * H + h of the
   // dropout stream's batch.
+  // Where grouped_query_attention() is true, k and v may have Hkv heads for an Hkv that divides
+  // H: query head h reads key/value head h / (H / Hkv) (no repeated copies of k and v), and
+  // grad_k / grad_v sum over the query heads a key/value head serves.
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                          const Tensor& lse, const AttentionArgs& args) = 0;
+  virtual bool grouped_query_attention() const { return false; }
   // Gradients of sum(grad_out * out) (q/k/v's shapes and dtype, the same stride rules), from
   // the forward's out and lse. Deterministic: no atomics, each gradient row is written by one
   // thread.

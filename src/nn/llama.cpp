@@ -72,22 +72,14 @@ Tensor LlamaAttention::forward(const Tensor& x) {
   };
   const auto [cos, sin] = rotary->tables(t, x.device(), x.dtype());
   const Tensor q = rotary_embedding(heads(q_proj->forward(x), n_head), cos, sin);
-  Tensor k = rotary_embedding(heads(k_proj->forward(x), n_kv_head), cos, sin);
-  Tensor v = heads(v_proj->forward(x), n_kv_head);
-  if (n_kv_head != n_head) {
-    // Each key/value head serves n_head / n_kv_head query heads (transformers' repeat_kv).
-    const int64_t rep = n_head / n_kv_head;
-    auto repeat = [&](const Tensor& y) {
-      return y.unsqueeze(2)
-          .expand({b, n_kv_head, rep, t, head_dim})
-          .reshape({b, n_head, t, head_dim});
-    };
-    k = repeat(k);
-    v = repeat(v);
-  }
+  const Tensor k = rotary_embedding(heads(k_proj->forward(x), n_kv_head), cos, sin);
+  const Tensor v = heads(v_proj->forward(x), n_kv_head);
   AttentionOptions o;
   o.causal = true;
   o.dropout_p = is_training() ? attention_dropout : 0.0;
+  // Each key/value head serves n_head / n_kv_head query heads (transformers' repeat_kv, without
+  // the copies where the backend reads shared heads in place).
+  o.enable_gqa = n_kv_head != n_head;
   const Tensor y = scaled_dot_product_attention(q, k, v, o);
   return o_proj->forward(y.transpose(1, 2).reshape({b, t, n_head * head_dim}));
 }

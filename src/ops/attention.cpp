@@ -81,7 +81,7 @@ std::array<Tensor, 3> new_packed_grads(const Tensor& q) {
   return views;
 }
 
-int64_t check_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
+int64_t check_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool gqa) {
   const char* op = "scaled_dot_product_attention";
   check_defined(op, {&q, &k, &v});
   check_same_device(op, {&q, &k, &v});
@@ -92,11 +92,23 @@ int64_t check_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
   GRADUS_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), ShapeError, op,
                ": query, key and value must have one rank >= 2 ([..., T, D]), got ",
                shape_str(q.sizes()), ", ", shape_str(k.sizes()), ", ", shape_str(v.sizes()));
+  GRADUS_CHECK(!gqa || q.dim() == 4, ShapeError, op,
+               ": enable_gqa needs 4-D [B, H, T, D] query, key and value, got ",
+               shape_str(q.sizes()));
   int64_t batch = 1;
   for (int64_t i = 0; i + 2 < q.dim(); ++i) {
-    GRADUS_CHECK(k.size(i) == q.size(i) && v.size(i) == q.size(i), ShapeError, op,
-                 ": batch dims differ: query ", shape_str(q.sizes()), ", key ",
-                 shape_str(k.sizes()), ", value ", shape_str(v.sizes()));
+    if (gqa && i == 1) {  // the heads: k and v's divide q's
+      GRADUS_CHECK(
+          k.size(1) == v.size(1) && k.size(1) > 0 && q.size(1) % k.size(1) == 0, ShapeError, op,
+          ": with enable_gqa, key and value need the same number of heads (dim 1), "
+          "dividing the query's: query ",
+          shape_str(q.sizes()), ", key ", shape_str(k.sizes()), ", value ", shape_str(v.sizes()));
+    } else {
+      GRADUS_CHECK(k.size(i) == q.size(i) && v.size(i) == q.size(i), ShapeError, op,
+                   ": batch dims differ: query ", shape_str(q.sizes()), ", key ",
+                   shape_str(k.sizes()), ", value ", shape_str(v.sizes()),
+                   q.dim() == 4 && i == 1 ? " (for fewer key/value heads, set enable_gqa)" : "");
+    }
     batch *= q.size(i);
   }
   GRADUS_CHECK(k.size(-1) == q.size(-1) && q.size(-1) > 0, ShapeError, op,
@@ -119,7 +131,17 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (AutocastInputs cast{"scaled_dot_product_attention", {&q, &k, &v}}) {
     return scaled_dot_product_attention(cast[0], cast[1], cast[2], o);
   }
-  const int64_t batch = check_attention(q, k, v);
+  const int64_t batch = check_attention(q, k, v, o.enable_gqa);
+  if (o.enable_gqa && k.size(1) != q.size(1) && !backend_of(q).grouped_query_attention()) {
+    // Each key/value head repeated for the query heads it serves (transformers' repeat_kv).
+    const auto repeat = [&](const Tensor& t) {
+      const int64_t b = t.size(0), h = t.size(1), n = t.size(2), w = t.size(3);
+      return t.unsqueeze(2).expand({b, h, q.size(1) / h, n, w}).reshape({b, q.size(1), n, w});
+    };
+    AttentionOptions same = o;
+    same.enable_gqa = false;
+    return scaled_dot_product_attention(q, repeat(k), repeat(v), same);
+  }
   GRADUS_CHECK(std::isfinite(o.dropout_p) && o.dropout_p >= 0.0 && o.dropout_p < 1.0, ValueError,
                "scaled_dot_product_attention: dropout_p must be in [0, 1), got ", o.dropout_p);
   const double scale = o.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));

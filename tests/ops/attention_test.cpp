@@ -149,6 +149,60 @@ TEST_P(FusedAttention, BackwardIsBitwiseDeterministic) {
   EXPECT_TRUE(all_close(a.gv.cpu(), b.gv.cpu(), 0, 0));
 }
 
+// Grouped-query attention (enable_gqa): k and v with 1, 2 or 3 heads serving q's 6, against the
+// float64 composite on k and v repeated per query head, and against the kernel given the
+// repeated copies: the same output (the same tiles multiply the same values), and key/value
+// gradients that are the repeated copies' gradients summed over each group. With dropout the
+// masks are the same draws either way.
+TEST_P(FusedAttention, GroupedQueryHeadsMatchRepeatedKeysAndValues) {
+  const auto [device, dtype] = GetParam();
+  if (!has(device)) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int64_t b = 2, h = 6, t = 70, hs = 16;
+  const auto repeat = [&](const Tensor& x) {
+    const int64_t kv = x.size(1);
+    return x.unsqueeze(2).expand({b, kv, h / kv, t, hs}).reshape({b, h, t, hs});
+  };
+  for (const int64_t kv : {int64_t{1}, int64_t{2}, int64_t{3}}) {
+    for (const double p : {0.0, 0.2}) {
+      SCOPED_TRACE(::testing::Message() << "kv heads " << kv << " dropout " << p);
+      const Tensor q = random_tensor({b, h, t, hs}, seed, -2, 2).to(dtype).to(DType::f64);
+      const Tensor k = random_tensor({b, kv, t, hs}, seed + kv, -2, 2).to(dtype).to(DType::f64);
+      const Tensor v = random_tensor({b, kv, t, hs}, seed + 7 * kv).to(dtype).to(DType::f64);
+      const Tensor w = random_tensor({b, h, t, hs}, seed + 11);
+      const uint64_t drop_seed = seed ^ 0x51ed;
+      auto fused = [&](bool gqa) {
+        return [&, gqa](const Tensor& a, const Tensor& kk, const Tensor& vv) {
+          Generator g(drop_seed);
+          AttentionOptions o = opts(true, p, &g);
+          o.enable_gqa = gqa;
+          return gqa ? scaled_dot_product_attention(a, kk, vv, o)
+                     : scaled_dot_product_attention(a, repeat(kk), repeat(vv), o);
+        };
+      };
+      const Grads grouped = run(fused(true), q, k, v, w, dtype, device);
+      const Grads repeated = run(fused(false), q, k, v, w, dtype, device);
+      ASSERT_EQ(grouped.gk.sizes(), k.sizes());
+      EXPECT_TRUE(all_close(grouped.out.cpu(), repeated.out.cpu(), 0, 0)) << "output";
+      EXPECT_TRUE(all_close(grouped.gq.cpu(), repeated.gq.cpu(), 0, 0)) << "grad q";
+      const double tol = 4 * forward_tol(dtype);
+      EXPECT_TRUE(all_close(grouped.gk.cpu(), repeated.gk.cpu(), tol, tol)) << "grad k";
+      EXPECT_TRUE(all_close(grouped.gv.cpu(), repeated.gv.cpu(), tol, tol)) << "grad v";
+      const Grads ref = run(
+          [&](const Tensor& a, const Tensor& kk, const Tensor& vv) {
+            Generator g(drop_seed);
+            return composite(a, repeat(kk), repeat(vv), true, p, &g);
+          },
+          q, k, v, w, DType::f64, Device::cpu());
+      EXPECT_TRUE(all_close(grouped.out.cpu(), ref.out, forward_tol(dtype), forward_tol(dtype)));
+      const double gtol = dtype == DType::f64 ? 1e-9 : tol;
+      EXPECT_TRUE(all_close(grouped.gk.cpu(), ref.gk, gtol, gtol)) << "grad k vs float64";
+      EXPECT_TRUE(all_close(grouped.gv.cpu(), ref.gv, gtol, gtol)) << "grad v vs float64";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, FusedAttention,
                          ::testing::Combine(::testing::Values(Device::cpu(), Device::cuda(0)),
                                             ::testing::Values(DType::f32, DType::f64, DType::f16,
@@ -186,6 +240,24 @@ TEST(FusedAttentionPaths, OnePassAndTwoPassBackwardsAgreeBitwise) {
       EXPECT_TRUE(all_close(one.gv, two.gv, 0, 0));
     }
   }
+  // Grouped-query heads: 4 key/value entries (2 x 2 heads, each serving 3 query heads) take one
+  // pass on 1 thread and two on 3, each summing a key/value head's gradient over its query heads.
+  const Tensor q = random_tensor({2, 6, 150, 24}, seed + 4, -2, 2, DType::f32),
+               k = random_tensor({2, 2, 97, 24}, seed + 5, -2, 2, DType::f32),
+               v = random_tensor({2, 2, 97, 20}, seed + 6, -1, 1, DType::f32),
+               w = random_tensor({2, 6, 150, 20}, seed + 7, -1, 1, DType::f32);
+  auto gqa = [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+    AttentionOptions o = opts(true);
+    o.enable_gqa = true;
+    return scaled_dot_product_attention(a, b, d, o);
+  };
+  set_num_threads(1);
+  const Grads one = run(gqa, q, k, v, w, DType::f32, Device::cpu());
+  set_num_threads(3);
+  const Grads two = run(gqa, q, k, v, w, DType::f32, Device::cpu());
+  EXPECT_TRUE(all_close(one.gq, two.gq, 0, 0));
+  EXPECT_TRUE(all_close(one.gk, two.gk, 0, 0));
+  EXPECT_TRUE(all_close(one.gv, two.gv, 0, 0));
   set_num_threads(saved);
 }
 
@@ -306,6 +378,28 @@ TEST(FusedAttentionErrors, NameWhatIsWrong) {
   EXPECT_THROW(scaled_dot_product_attention(q, k, v, opts(false, 1.0)), ValueError);
   EXPECT_THROW(scaled_dot_product_attention(q, k, v, opts(false, NAN)), ValueError);
   EXPECT_THROW(scaled_dot_product_attention(randn({4}), randn({4}), randn({4})), ShapeError);
+  // Grouped-query heads: only with enable_gqa, only 4-D, and only heads that divide q's.
+  AttentionOptions gqa;
+  gqa.enable_gqa = true;
+  const Tensor q4 = randn({2, 6, 5, 8}), k2 = randn({2, 2, 5, 8}), v2 = randn({2, 2, 5, 8});
+  const auto message = [](const auto& fn) {
+    try {
+      fn();
+    } catch (const ShapeError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] { scaled_dot_product_attention(q4, k2, v2); }).find("enable_gqa"),
+            std::string::npos);
+  EXPECT_NE(message([&] { scaled_dot_product_attention(q, k, v, gqa); }).find("4-D"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              scaled_dot_product_attention(q4, randn({2, 4, 5, 8}), randn({2, 4, 5, 8}), gqa);
+            }).find("dividing"),
+            std::string::npos);
+  EXPECT_THROW(scaled_dot_product_attention(q4, k2, randn({2, 3, 5, 8}), gqa), ShapeError);
+  EXPECT_EQ(scaled_dot_product_attention(q4, k2, v2, gqa).sizes(), q4.sizes());
 }
 
 TEST(Masking, TrilTriuAndMaskedFillMatchIndexArithmetic) {

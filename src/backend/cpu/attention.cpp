@@ -78,12 +78,22 @@ void tile_product(bool ta, int64_t m, int64_t n, int64_t k, C alpha, const C* a,
   gemm(ta, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+// batch: the B * H query entries; group: the query heads one key/value head serves (1, or H /
+// Hkv under grouped-query attention, where k and v have Hkv heads).
 struct Dims {
-  int64_t batch, tq, tk, d, dv;  // batch: B * H entries
+  int64_t batch, tq, tk, d, dv, group;
+  // The key/value entry of query entry bh = b * H + h: b * Hkv + h / group.
+  int64_t kv(int64_t bh) const { return bh / group; }
+  int64_t kv_entries() const { return batch / group; }
 };
 
 Dims dims_of(const Tensor& q, const Tensor& v) {
-  return {q.size(0) * q.size(1), q.size(2), v.size(2), q.size(3), v.size(3)};
+  return {q.size(0) * q.size(1),
+          q.size(2),
+          v.size(2),
+          q.size(3),
+          v.size(3),
+          q.size(1) / std::max<int64_t>(v.size(1), 1)};
 }
 
 // One [B, H, T, D] operand: row t of entry bh = b * H + h, and the row stride (the GEMMs' ld).
@@ -228,7 +238,7 @@ void forward(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor&
   const C scale = static_cast<C>(a.scale);
   const bool dropout = a.dropout_p > 0;
   const int64_t tile_macs = std::min(kRows, d.tq) * d.tk * (d.d + d.dv);
-  const Transposed<C> kT(kt, d.batch);
+  const Transposed<C> kT(kt, d.kv_entries());
   const bool fast_softmax = avx512_tiles<C>() && !dropout;
   parallel_for(d.batch * qtiles, task_grain(tile_macs), [&](int64_t begin, int64_t end) {
     std::vector<C> s(kRows * kCols), acc(kRows * d.dv), m(kRows), l(kRows);
@@ -243,10 +253,10 @@ void forward(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor&
       const int64_t kend = a.causal ? std::min(d.tk, q0 + rows) : d.tk;
       for (int64_t k0 = 0; k0 < kend; k0 += kCols) {
         const int64_t cols = std::min(kCols, kend - k0);
-        kT.product(b, rows, k0, cols, scale, qb, q.ld, s.data(), kCols);
+        kT.product(d.kv(b), rows, k0, cols, scale, qb, q.ld, s.data(), kCols);
         online_softmax<C>(a, d, b, q0, rows, k0, cols, fast_softmax, s.data(), m.data(), l.data(),
                           acc.data(), u.data());
-        tile_product(false, rows, d.dv, cols, C(1), s.data(), kCols, v.at(b, k0), v.ld, C(1),
+        tile_product(false, rows, d.dv, cols, C(1), s.data(), kCols, v.at(d.kv(b), k0), v.ld, C(1),
                      acc.data(), d.dv);
       }
       for (int64_t r = 0; r < rows; ++r) {
@@ -274,8 +284,8 @@ struct TileMath {
   // Fills p with Pd and ds with dS for queries q0.. (rows) and keys k0.. (cols) of batch b.
   void run(int64_t b, int64_t q0, int64_t rows, int64_t k0, int64_t cols, C* p, C* ds,
            float* u) const {
-    kT.product(b, rows, k0, cols, scale, q.at(b, q0), q.ld, p, kCols);
-    vT.product(b, rows, k0, cols, C(1), go.at(b, q0), go.ld, ds, kCols);  // dPd = dO V^T
+    kT.product(d.kv(b), rows, k0, cols, scale, q.at(b, q0), q.ld, p, kCols);
+    vT.product(d.kv(b), rows, k0, cols, C(1), go.at(b, q0), go.ld, ds, kCols);  // dPd = dO V^T
     if constexpr (std::is_same_v<C, float>) {
       if (avx512 && a.dropout_p == 0) {
         return tile::softmax_backward(p, ds, kCols, rows, {a.causal, q0, k0, cols},
@@ -324,7 +334,7 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
     }
   });
   const C scale = static_cast<C>(a.scale);
-  const Transposed<C> kT(kt, d.batch), vT(vt, d.batch);
+  const Transposed<C> kT(kt, d.kv_entries()), vT(vt, d.kv_entries());
   const TileMath<C> tile{
       a, d, q, go, kT, vT, lset.data_ptr<C>(), delta.data(), scale, avx512_tiles<C>()};
   const bool dropout = a.dropout_p > 0;
@@ -334,30 +344,32 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
   const Rows<C> gk = mutable_rows_of<C>(gkt), gv = mutable_rows_of<C>(gvt),
                 gq = mutable_rows_of<C>(gqt);
 
-  if ((ktiles == 1 && qtiles == 1) || d.batch >= 4 * int64_t{omp_get_max_threads()}) {
-    // One pass per batch entry: q tiles outer and key tiles inner give each dK / dV tile its
-    // query tiles in ascending order and each dQ tile its key tiles in ascending order, exactly
-    // the two passes' orders.
-    const int64_t grain = task_grain(2 * d.tq * d.tk * (d.d + d.dv));
-    parallel_for(d.batch, grain, [&](int64_t begin, int64_t end) {
+  if ((ktiles == 1 && qtiles == 1) || d.kv_entries() >= 4 * int64_t{omp_get_max_threads()}) {
+    // One pass per key/value entry: its query heads in order, q tiles outer and key tiles inner,
+    // give each dK / dV tile its (head, query tile)s in ascending order and each dQ tile its key
+    // tiles in ascending order, exactly the two passes' orders.
+    const int64_t grain = task_grain(2 * d.group * d.tq * d.tk * (d.d + d.dv));
+    parallel_for(d.kv_entries(), grain, [&](int64_t begin, int64_t end) {
       std::vector<C> p(kRows * kCols), ds(kRows * kCols);
       std::vector<float> u(dropout ? kCols : 0);
-      for (int64_t b = begin; b < end; ++b) {
-        zero_rows(gk, b, 0, d.tk, d.d);
-        zero_rows(gv, b, 0, d.tk, d.dv);
-        zero_rows(gq, b, 0, d.tq, d.d);
-        for (int64_t q0 = 0; q0 < d.tq; q0 += kRows) {
-          const int64_t rows = std::min(kRows, d.tq - q0);
-          const int64_t kend = a.causal ? std::min(d.tk, q0 + rows) : d.tk;
-          for (int64_t k0 = 0; k0 < kend; k0 += kCols) {
-            const int64_t cols = std::min(kCols, kend - k0);
-            tile.run(b, q0, rows, k0, cols, p.data(), ds.data(), u.data());
-            tile_product(true, cols, d.dv, rows, C(1), p.data(), kCols, go.at(b, q0), go.ld, C(1),
-                         gv.at(b, k0), gv.ld);
-            tile_product(true, cols, d.d, rows, scale, ds.data(), kCols, q.at(b, q0), q.ld, C(1),
-                         gk.at(b, k0), gk.ld);
-            tile_product(false, rows, d.d, cols, scale, ds.data(), kCols, k.at(b, k0), k.ld, C(1),
-                         gq.at(b, q0), gq.ld);
+      for (int64_t e = begin; e < end; ++e) {
+        zero_rows(gk, e, 0, d.tk, d.d);
+        zero_rows(gv, e, 0, d.tk, d.dv);
+        for (int64_t b = e * d.group; b < (e + 1) * d.group; ++b) {
+          zero_rows(gq, b, 0, d.tq, d.d);
+          for (int64_t q0 = 0; q0 < d.tq; q0 += kRows) {
+            const int64_t rows = std::min(kRows, d.tq - q0);
+            const int64_t kend = a.causal ? std::min(d.tk, q0 + rows) : d.tk;
+            for (int64_t k0 = 0; k0 < kend; k0 += kCols) {
+              const int64_t cols = std::min(kCols, kend - k0);
+              tile.run(b, q0, rows, k0, cols, p.data(), ds.data(), u.data());
+              tile_product(true, cols, d.dv, rows, C(1), p.data(), kCols, go.at(b, q0), go.ld, C(1),
+                           gv.at(e, k0), gv.ld);
+              tile_product(true, cols, d.d, rows, scale, ds.data(), kCols, q.at(b, q0), q.ld, C(1),
+                           gk.at(e, k0), gk.ld);
+              tile_product(false, rows, d.d, cols, scale, ds.data(), kCols, k.at(e, k0), k.ld, C(1),
+                           gq.at(b, q0), gq.ld);
+            }
           }
         }
       }
@@ -365,30 +377,33 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
     return;
   }
 
-  // Pass 1: dK and dV, one key tile per task.
-  const int64_t ktile_macs = 2 * std::min(kCols, d.tk) * d.tq * (d.d + d.dv);
-  parallel_for(d.batch * ktiles, task_grain(ktile_macs), [&](int64_t begin, int64_t end) {
+  // Pass 1: dK and dV, one key tile of a key/value entry per task, over its query heads in order.
+  const int64_t ktile_macs = 2 * d.group * std::min(kCols, d.tk) * d.tq * (d.d + d.dv);
+  parallel_for(d.kv_entries() * ktiles, task_grain(ktile_macs), [&](int64_t begin, int64_t end) {
     std::vector<C> p(kRows * kCols), ds(kRows * kCols);
     std::vector<float> u(dropout ? kCols : 0);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / ktiles, k0 = (task % ktiles) * kCols;
+      const int64_t e = task / ktiles, k0 = (task % ktiles) * kCols;
       const int64_t cols = std::min(kCols, d.tk - k0);
-      C* gkb = gk.at(b, k0);
-      C* gvb = gv.at(b, k0);
-      zero_rows(gk, b, k0, cols, d.d);
-      zero_rows(gv, b, k0, cols, d.dv);
-      // Causal: queries before k0 see none of these keys.
-      for (int64_t q0 = a.causal ? (k0 / kRows) * kRows : 0; q0 < d.tq; q0 += kRows) {
-        const int64_t rows = std::min(kRows, d.tq - q0);
-        // The tile's shape is the one-pass path's (causal: the keys up to the tile's last query,
-        // as in the forward), not just the same values: a BLAS may round an m x n product
-        // differently from the first m x n' rows of a wider one (OpenBLAS's Haswell kernels do).
-        const int64_t seen = a.causal ? std::min(cols, q0 + rows - k0) : cols;
-        tile.run(b, q0, rows, k0, seen, p.data(), ds.data(), u.data());
-        tile_product(true, seen, d.dv, rows, C(1), p.data(), kCols, go.at(b, q0), go.ld, C(1), gvb,
-                     gv.ld);
-        tile_product(true, seen, d.d, rows, scale, ds.data(), kCols, q.at(b, q0), q.ld, C(1), gkb,
-                     gk.ld);
+      C* gke = gk.at(e, k0);
+      C* gve = gv.at(e, k0);
+      zero_rows(gk, e, k0, cols, d.d);
+      zero_rows(gv, e, k0, cols, d.dv);
+      for (int64_t b = e * d.group; b < (e + 1) * d.group; ++b) {
+        // Causal: queries before k0 see none of these keys.
+        for (int64_t q0 = a.causal ? (k0 / kRows) * kRows : 0; q0 < d.tq; q0 += kRows) {
+          const int64_t rows = std::min(kRows, d.tq - q0);
+          // The tile's shape is the one-pass path's (causal: the keys up to the tile's last
+          // query, as in the forward), not just the same values: a BLAS may round an m x n
+          // product differently from the first m x n' rows of a wider one (OpenBLAS's Haswell
+          // kernels do).
+          const int64_t seen = a.causal ? std::min(cols, q0 + rows - k0) : cols;
+          tile.run(b, q0, rows, k0, seen, p.data(), ds.data(), u.data());
+          tile_product(true, seen, d.dv, rows, C(1), p.data(), kCols, go.at(b, q0), go.ld, C(1),
+                       gve, gv.ld);
+          tile_product(true, seen, d.d, rows, scale, ds.data(), kCols, q.at(b, q0), q.ld, C(1), gke,
+                       gk.ld);
+        }
       }
     }
   });
@@ -407,8 +422,8 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
       for (int64_t k0 = 0; k0 < kend; k0 += kCols) {
         const int64_t cols = std::min(kCols, kend - k0);
         tile.run(b, q0, rows, k0, cols, p.data(), ds.data(), u.data());
-        tile_product(false, rows, d.d, cols, scale, ds.data(), kCols, k.at(b, k0), k.ld, C(1), gqb,
-                     gq.ld);
+        tile_product(false, rows, d.d, cols, scale, ds.data(), kCols, k.at(d.kv(b), k0), k.ld, C(1),
+                     gqb, gq.ld);
       }
     }
   });

@@ -113,6 +113,7 @@ class CpuBackend final : public Backend {
                         const Tensor& out) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                  const Tensor& lse, const AttentionArgs& args) override;
+  bool grouped_query_attention() const override { return true; }
   void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const Tensor& lse, const Tensor& grad_q,
                           const Tensor& grad_k, const Tensor& grad_v,
