@@ -119,8 +119,8 @@ Rows<C> mutable_rows_of(const Tensor& t) {
 }
 
 // K or V as the right operand of a product by its transpose (S = Q K^T, dPd = dO V^T). BLAS
-// reads the rows transposed in place; tile_gemm.h's kernel reads a transposed copy, [entry][width]
-// [T] (one pass over K or V, next to the T / 2 passes of the products that read it).
+// reads the rows transposed in place; attention_tiles.h's kernel reads a transposed copy laid out
+// [entry, width, T] (one pass over K or V, next to the T / 2 passes of the products reading it).
 template <typename C>
 class Transposed {
  public:
@@ -194,8 +194,9 @@ template <typename C>
 void online_softmax(const AttentionArgs& a, const Dims& d, int64_t b, int64_t q0, int64_t rows,
                     int64_t k0, int64_t cols, bool avx512, C* s, C* m, C* l, C* acc, float* u) {
   if constexpr (std::is_same_v<C, float>) {
-    if (avx512)
+    if (avx512) {
       return tile::online_softmax(s, kCols, rows, {a.causal, q0, k0, cols}, m, l, acc, d.dv);
+    }
   }
   for (int64_t r = 0; r < rows; ++r) {
     C* sr = s + r * kCols;
