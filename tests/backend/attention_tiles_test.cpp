@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/attention_tiles.h"
-#include "support/test_util.h"
+#include "backend_test_util.h"
 
 namespace gradus::backend_test {
 namespace {
@@ -20,11 +20,8 @@ namespace {
 namespace tile = backend::cpu::tile;
 
 std::vector<float> random_floats(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0F, 1.0F);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
+  const std::vector<double> v = uniform_values(static_cast<int64_t>(n), seed, -1, 1);
+  return {v.begin(), v.end()};
 }
 
 bool avx512_expected() {

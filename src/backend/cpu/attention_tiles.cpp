@@ -172,20 +172,24 @@ __m512 exp16(__m512 x) {
   return _mm512_scalef_ps(y, n);
 }
 
-// The lanes' max and sum.
-float max16(__m512 v) {
-  __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  __m128 q = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  q = _mm_max_ps(q, _mm_movehl_ps(q, q));
-  q = _mm_max_ss(q, _mm_movehdup_ps(q));
+// The 16 lanes reduced with op: halves folded with op8 (8 lanes), then op4 (4 lanes, scalar last).
+template <typename Op8, typename Op4>
+float reduce16(__m512 v, Op8 op8, Op4 op4) {
+  const __m256 h = op8(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 q = op4(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = op4(q, _mm_movehl_ps(q, q));
+  q = op4(q, _mm_movehdup_ps(q));
   return _mm_cvtss_f32(q);
 }
+float max16(__m512 v) {
+  return reduce16(
+      v, [](__m256 a, __m256 b) { return _mm256_max_ps(a, b); },
+      [](__m128 a, __m128 b) { return _mm_max_ps(a, b); });
+}
 float sum16(__m512 v) {
-  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  q = _mm_add_ss(q, _mm_movehdup_ps(q));
-  return _mm_cvtss_f32(q);
+  return reduce16(
+      v, [](__m256 a, __m256 b) { return _mm256_add_ps(a, b); },
+      [](__m128 a, __m128 b) { return _mm_add_ps(a, b); });
 }
 
 }  // namespace
