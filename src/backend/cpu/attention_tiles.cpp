@@ -28,11 +28,12 @@ namespace gradus::backend::cpu::tile {
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
 // (Everything here is internal to this file, so the ABI note about passing __m512 is moot. GCC
-// 12's own AVX-512 intrinsics start from _mm512_undefined_ps(), which its -Wmaybe-uninitialized
-// then reports at -O3.)
+// 12's own AVX-512 intrinsics start from _mm512_undefined_ps(), which it then reports as
+// -Wmaybe-uninitialized at -O3 and -Wuninitialized at -O1, the sanitized build's level.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 namespace {
 
 // A's element (r, p) is a[r * row_step + p * col_step].
