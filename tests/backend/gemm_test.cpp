@@ -232,19 +232,46 @@ bool onednn_f32_expected() {
          __builtin_cpu_supports("avx512dq") && !capped;
 }
 
+// onednn_gemm takes a small dt product exactly when `expected` says the process runs dt there.
+void expect_onednn_takes(DType dt, bool expected) {
+  const Tensor a = make({4, 8}, uniform_values(32, 1, -1, 1), dt);
+  const Tensor b = make({8, 3}, uniform_values(24, 2, -1, 1), dt);
+  Tensor out = poisoned({4, 3}, dt);
+  EXPECT_EQ(backend::cpu::onednn_gemm(cpu(), a, b, out, GemmArgs{}), expected) << dtype_name(dt);
+}
+
+// oneDNN's GEMM alone (it must take every case) over the backend test's cases: every transpose
+// and operand layout, column-major outputs, broadcast and odd-sized batches, then alpha, beta,
+// bias and each activation (alpha only without a bias: with one, oneDNN would add the bias before
+// scaling, so that case converts).
+void onednn_cases(DType dt, double rtol, double atol, uint64_t seed) {
+  layout_cases(dt, rtol, atol, seed, Path::onednn);
+  for (Activation act :
+       {Activation::none, Activation::relu, Activation::gelu, Activation::gelu_tanh}) {
+    for (bool with_bias : {false, true}) {
+      GemmArgs args;
+      args.beta = 1.5;
+      args.alpha = with_bias ? 1.0 : 0.5;
+      args.activation = act;
+      Tensor dummy;
+      if (with_bias) args.bias = &dummy;  // run_case substitutes a real (strided) bias
+      run_case(2, 31, 45, 19, args, dt, 0, 0, false, false, seed, rtol, atol, Path::onednn);
+      run_case(2, 31, 45, 19, args, dt, 1, 2, true, false, seed, rtol, atol, Path::onednn);
+      args.trans_b = true;
+      args.beta = 0;
+      run_case(1, 64, 128, 96, args, dt, 0, 0, false, false, seed, rtol, atol, Path::onednn);
+    }
+  }
+}
+
 TEST(BackendOnednnGemm, Float32TakesOneDnnExactlyWhereTheCpuHasAvx512) {
   EXPECT_EQ(backend::cpu::onednn_f32_gemm(), onednn_f32_expected())
       << backend::cpu::f32_gemm_description();
   EXPECT_EQ(cpu_kernels_info().onednn_f32_gemm, onednn_f32_expected());
-  const Tensor a = make({4, 8}, uniform_values(32, 1, -1, 1), DType::f32);
-  const Tensor b = make({8, 3}, uniform_values(24, 2, -1, 1), DType::f32);
-  Tensor out = poisoned({4, 3}, DType::f32);
-  EXPECT_EQ(backend::cpu::onednn_gemm(cpu(), a, b, out, GemmArgs{}), onednn_f32_expected());
+  expect_onednn_takes(DType::f32, onednn_f32_expected());
   // float64 and f16 never go to oneDNN.
-  const Tensor a64 = make({4, 8}, uniform_values(32, 1, -1, 1), DType::f64);
-  const Tensor b64 = make({8, 3}, uniform_values(24, 2, -1, 1), DType::f64);
-  Tensor out64 = poisoned({4, 3}, DType::f64);
-  EXPECT_FALSE(backend::cpu::onednn_gemm(cpu(), a64, b64, out64, GemmArgs{}));
+  expect_onednn_takes(DType::f64, false);
+  expect_onednn_takes(DType::f16, false);
 }
 
 // oneDNN's float32 GEMM over the backend test's cases, against float64 at float32's tolerance.
@@ -255,24 +282,7 @@ TEST(BackendOnednnGemm, Float32MatchesFloat64OverLayoutsAndEpilogues) {
   }
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(seed);
-  layout_cases(DType::f32, 1e-5, 1e-5, seed, Path::onednn);
-  for (Activation act :
-       {Activation::none, Activation::relu, Activation::gelu, Activation::gelu_tanh}) {
-    for (bool with_bias : {false, true}) {
-      GemmArgs args;
-      args.beta = 1.5;
-      args.alpha = with_bias ? 1.0 : 0.5;
-      args.activation = act;
-      Tensor dummy;
-      if (with_bias) args.bias = &dummy;  // run_case substitutes a real (strided) bias
-      run_case(2, 31, 45, 19, args, DType::f32, 0, 0, false, false, seed, 1e-5, 1e-5, Path::onednn);
-      run_case(2, 31, 45, 19, args, DType::f32, 1, 2, true, false, seed, 1e-5, 1e-5, Path::onednn);
-      args.trans_b = true;
-      args.beta = 0;
-      run_case(1, 64, 128, 96, args, DType::f32, 0, 0, false, false, seed, 1e-5, 1e-5,
-               Path::onednn);
-    }
-  }
+  onednn_cases(DType::f32, 1e-5, 1e-5, seed);
 }
 
 // Above the size where CpuBackend::gemm hands float32 to oneDNN, the product does not depend on
@@ -306,10 +316,7 @@ TEST(BackendHalfGemm, TakesTheNativePathExactlyWhereTheCpuHasBf16) {
   EXPECT_EQ(backend::cpu::native_bf16_gemm(), native_bf16_expected())
       << backend::cpu::half_gemm_description();
   EXPECT_EQ(cpu_kernels_info().native_bf16_gemm, native_bf16_expected());
-  const Tensor a = make({4, 8}, uniform_values(32, 1, -1, 1), DType::bf16);
-  const Tensor b = make({8, 3}, uniform_values(24, 2, -1, 1), DType::bf16);
-  Tensor out = poisoned({4, 3}, DType::bf16);
-  EXPECT_EQ(backend::cpu::onednn_gemm(cpu(), a, b, out, GemmArgs{}), native_bf16_expected());
+  expect_onednn_takes(DType::bf16, native_bf16_expected());
 }
 
 // The native bf16 GEMM over the backend test's cases: every transpose and operand layout,
@@ -323,23 +330,7 @@ TEST(BackendHalfGemm, NativeBf16MatchesFloat64OverLayoutsAndEpilogues) {
   SCOPED_TRACE(seed);
   const DType dt = DType::bf16;
   const double rtol = rtol_for(dt), atol = 1e-2;
-  layout_cases(dt, rtol, atol, seed, Path::onednn);
-  for (Activation act :
-       {Activation::none, Activation::relu, Activation::gelu, Activation::gelu_tanh}) {
-    for (bool with_bias : {false, true}) {
-      GemmArgs args;
-      args.beta = 1.5;
-      args.activation = act;
-      Tensor dummy;
-      if (with_bias) args.bias = &dummy;  // run_case substitutes a real (strided) bias
-      run_case(2, 31, 45, 19, args, dt, 0, 0, false, false, seed, rtol, atol, Path::onednn);
-      run_case(2, 31, 45, 19, args, dt, 1, 2, true, false, seed, rtol, atol, Path::onednn);
-      args.trans_b = true;
-      args.beta = 0;
-      args.alpha = with_bias ? 1.0 : 0.5;
-      run_case(1, 64, 128, 96, args, dt, 0, 0, false, false, seed, rtol, atol, Path::onednn);
-    }
-  }
+  onednn_cases(dt, rtol, atol, seed);
   // alpha with a bias, and K = 0, go to the float32 path (through the backend's gemm).
   GemmArgs scaled;
   scaled.alpha = 0.5;

@@ -281,14 +281,14 @@ struct TileMath {
   const Transposed<C>&kT, &vT;
   const C *lse, *delta;
   C scale;
-  bool avx512;  // the softmax step on attention_tiles.h (float32 without dropout)
+  bool avx512_softmax;  // the softmax step on attention_tiles.h (float32 without dropout)
   // Fills p with Pd and ds with dS for queries q0.. (rows) and keys k0.. (cols) of batch b.
   void run(int64_t b, int64_t q0, int64_t rows, int64_t k0, int64_t cols, C* p, C* ds,
            float* u) const {
     kT.product(d.kv(b), rows, k0, cols, scale, q.at(b, q0), q.ld, p, kCols);
     vT.product(d.kv(b), rows, k0, cols, C(1), go.at(b, q0), go.ld, ds, kCols);  // dPd = dO V^T
     if constexpr (std::is_same_v<C, float>) {
-      if (avx512 && a.dropout_p == 0) {
+      if (avx512_softmax) {
         return tile::softmax_backward(p, ds, kCols, rows, {a.causal, q0, k0, cols},
                                       lse + b * d.tq + q0, delta + b * d.tq + q0);
       }
@@ -336,9 +336,9 @@ void backward(const Tensor& got, const Tensor& qt, const Tensor& kt, const Tenso
   });
   const C scale = static_cast<C>(a.scale);
   const Transposed<C> kT(kt, d.kv_entries()), vT(vt, d.kv_entries());
-  const TileMath<C> tile{
-      a, d, q, go, kT, vT, lset.data_ptr<C>(), delta.data(), scale, avx512_tiles<C>()};
   const bool dropout = a.dropout_p > 0;
+  const TileMath<C> tile{
+      a, d, q, go, kT, vT, lset.data_ptr<C>(), delta.data(), scale, avx512_tiles<C>() && !dropout};
 
   const int64_t ktiles = (d.tk + kCols - 1) / kCols;
   const int64_t qtiles = (d.tq + kRows - 1) / kRows;

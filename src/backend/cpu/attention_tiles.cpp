@@ -6,14 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <stdexcept>
-#include <string_view>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+
+#include "backend/cpu/avx512_dispatch.h"
 
 // GCC compiles the kernel for AVX-512 whatever the build's flags (the pragma), as conv.cpp does.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
@@ -281,14 +281,9 @@ void softmax_backward(float* p, float* ds, int64_t ld, int64_t rows, const Visib
 #pragma GCC pop_options
 
 bool avx512() {
-  static const bool cpu_has =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  static const bool forced_base = [] {
-    const char* isa = std::getenv("GRADUS_ATTENTION_ISA");
-    return isa != nullptr && std::string_view(isa) == "base";
-  }();
-  return cpu_has && !forced_base;
+  // Decided once: this is asked for every tile.
+  static const bool on = cpu_has_avx512() && !isa_forced_base("GRADUS_ATTENTION_ISA");
+  return on;
 }
 
 #else  // no AVX-512 copy in this build

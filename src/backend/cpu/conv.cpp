@@ -22,9 +22,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -33,6 +31,7 @@
 #include <immintrin.h>
 #endif
 
+#include "backend/cpu/avx512_dispatch.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/float_args.h"
 #include "backend/cpu/half_conv.h"
@@ -558,11 +557,7 @@ void conv_backward_data_col2im(const T* gy, const T* w, T* gx, const Geom& g) {
 // way out should AVX-512 ever misbehave somewhere).
 bool use_avx512_kernels() {
 #if GRADUS_CONV_DISPATCH_AVX512
-  static const bool cpu_has =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  const char* isa = std::getenv("GRADUS_CONV_ISA");
-  return cpu_has && !(isa && std::string_view(isa) == "base");
+  return cpu_has_avx512() && !isa_forced_base("GRADUS_CONV_ISA");
 #else
   return false;
 #endif

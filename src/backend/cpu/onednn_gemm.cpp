@@ -1,8 +1,8 @@
 // bf16 and float32 GEMMs on oneDNN's matmul (onednn_gemm.h). For bf16, chosen over OpenBLAS's
 // sbgemm by measurement and availability (docs/performance.md, "bf16 on the CPU"): Debian's
 // OpenBLAS is built without it, and OPENBLAS_CORETYPE=Haswell would keep it off AVX512-BF16
-// anyway. For float32 on AVX-512, by measurement (docs/performance.md, "float32 GEMMs on
-// AVX-512"): OpenBLAS's AVX2 kernels reach half of oneDNN's rate there.
+// anyway. For float32 on AVX-512, by measurement (docs/performance.md, "float32 on an AVX-512
+// CPU"): OpenBLAS's AVX2 kernels reach half of oneDNN's rate there.
 //
 // Each call describes op(a), op(b) and out to oneDNN as strided [batch, rows, cols] tensors, so a
 // transposed or column-major operand needs no copy; a batch of one broadcasts. Primitives are
@@ -32,25 +32,16 @@ using common::BlasMatrix;
 using common::matrix_view;
 using common::MatrixView;
 
-// bf16 dot products in hardware: AVX512-BF16 (Cooper Lake, Zen 4) or AMX (Sapphire Rapids on).
+// True when oneDNN may use `level` on this CPU (and ONEDNN_MAX_CPU_ISA does not cap it below).
 // oneDNN's ISA values are bit sets, each level containing the ones below it.
-bool cpu_has_bf16_instructions() {
+bool effective_isa_has(dnnl::cpu_isa level) {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-  return (isa & bf16) == bf16;
-}
-
-// oneDNN's AVX-512 float32 kernels (brgemm needs avx512_core: Skylake-X, Zen 4 and later).
-bool cpu_has_avx512_core() {
-  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-  return (isa & avx512) == avx512;
+  const auto bits = static_cast<unsigned>(level);
+  return (isa & bits) == bits;
 }
 
 const char* isa_name() {
-  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
-  return (isa & amx) == amx ? "AMX" : "AVX512-BF16";
+  return effective_isa_has(dnnl::cpu_isa::avx512_core_amx) ? "AMX" : "AVX512-BF16";
 }
 
 // One operand as oneDNN sees it: op(t) as [batch, rows, cols] with strides (batch 1 broadcasts).
@@ -125,13 +116,15 @@ CachedPrimitive create(dnnl::memory::data_type type, const Operand& sa, const Op
 
 }  // namespace
 
+// bf16 dot products in hardware: AVX512-BF16 (Cooper Lake, Zen 4) or AMX (Sapphire Rapids on).
 bool native_bf16_gemm() {
-  static const bool native = cpu_has_bf16_instructions();
+  static const bool native = effective_isa_has(dnnl::cpu_isa::avx512_core_bf16);
   return native;
 }
 
+// oneDNN's AVX-512 float32 kernels (brgemm needs avx512_core: Skylake-X, Zen 4 and later).
 bool onednn_f32_gemm() {
-  static const bool onednn = cpu_has_avx512_core();
+  static const bool onednn = effective_isa_has(dnnl::cpu_isa::avx512_core);
   return onednn;
 }
 
