@@ -318,7 +318,8 @@ class Backend {
   // Rotary position embedding in the "rotate half" layout: with x's last dim split as [x1, x2],
   // out = [x1 cos - x2 sin, x2 cos + x1 sin] (inverse: the rotation by minus the angle, which
   // is the backward). x [B, H, T, D] with any strides over (B, H, T) and a unit-stride last dim;
-  // cos and sin [T, D / 2] contiguous; out [B, H, T, D] contiguous; one floating dtype.
+  // cos and sin [T, D / 2] contiguous; out [B, H, T, D] with any strides over (B, H, T) and a
+  // unit-stride last dim; one floating dtype.
   virtual void rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse,
                                 const Tensor& out) = 0;
 

@@ -34,23 +34,16 @@ Tensor as_bhtd(const Tensor& t) {
   }
 }
 
-// A new [B, H, T, D] tensor laid out like `like` ([B, T, H, D] in memory when like's rows are
-// interleaved over heads, as the heads of a projection are; [B, H, T, D] otherwise), and the
-// view of it in the shape of the user's tensor `shape`.
+// A new [B, H, T, D] tensor laid out like `like` (new_heads_like), and the view of it in the
+// shape of the user's tensor `shape`.
 struct Buffer {
   Tensor bhtd, user;
 };
 Buffer new_like(const Tensor& like, const Shape& shape, int64_t width) {
-  const int64_t b = like.size(0), h = like.size(1), t = like.size(2);
-  const bool time_major = h > 1 && like.stride(2) > like.stride(1);
-  const Tensor storage = new_empty(time_major ? Shape{b, t, h, width} : Shape{b, h, t, width},
-                                   like.dtype(), like.device());
-  const Tensor bhtd =
-      time_major ? storage.as_strided_raw({b, h, t, width}, {t * h * width, width, h * width, 1}, 0)
-                 : storage;
+  const Tensor bhtd = new_heads_like(like, width, like.dtype());
   // A 4-D user shape is the view itself; otherwise H = 1 and the memory is contiguous.
   const Tensor user =
-      shape.size() == 4 ? bhtd : storage.as_strided_raw(shape, contiguous_strides(shape), 0);
+      shape.size() == 4 ? bhtd : bhtd.as_strided_raw(shape, contiguous_strides(shape), 0);
   return {bhtd, user};
 }
 

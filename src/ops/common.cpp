@@ -60,6 +60,14 @@ Tensor cast_raw(const Tensor& t, DType dtype) {
   return out;
 }
 
+Tensor new_heads_like(const Tensor& like, int64_t width, DType dtype) {
+  const int64_t b = like.size(0), h = like.size(1), t = like.size(2);
+  const bool time_major = h > 1 && like.stride(2) > like.stride(1);
+  if (!time_major) return new_empty({b, h, t, width}, dtype, like.device());
+  return new_empty({b, t, h, width}, dtype, like.device())
+      .as_strided_raw({b, h, t, width}, {t * h * width, width, h * width, 1}, 0);
+}
+
 Tensor contiguous_raw(const Tensor& t) {
   if (t.is_contiguous()) return t;
   Tensor out = new_empty(t.sizes(), t.dtype(), t.device());

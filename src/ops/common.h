@@ -37,6 +37,12 @@ inline Tensor new_empty(const Shape& shape, DType dtype, Device device) {
   return empty(shape, {dtype, device, false});
 }
 
+// A new [B, H, T, width] tensor for the heads of `like` (4-D [B, H, T, D]): [B, T, H, width] in
+// memory when like's rows are interleaved over heads (the heads of a [B, T, H * D] projection,
+// transposed), so that transposing the result back and merging its heads is a view; contiguous
+// [B, H, T, width] otherwise.
+Tensor new_heads_like(const Tensor& like, int64_t width, DType dtype);
+
 // A history-free view of t broadcast to `shape` (stride 0 on expanded dims). Kernel input helper.
 Tensor broadcast_raw(const Tensor& t, const Shape& shape);
 // t converted to `dtype` without history (returns t itself when already that dtype).

@@ -45,12 +45,14 @@ Tensor as_bhtd(const Tensor& x) {
                           c.offset());
 }
 
-// The rotation of x by the tables' angles (or minus them), contiguous in x's shape.
+// The rotation of x by the tables' angles (or minus them), in x's shape. The heads of a
+// projection ([B, T, H, D] in memory) come out laid out the same way (new_heads_like), so that
+// attention's output and the gradient back to the projection need no copy.
 Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse) {
   const Tensor v = as_bhtd(x);
-  Tensor out = new_empty(v.sizes(), x.dtype(), x.device());
+  const Tensor out = new_heads_like(v, v.size(3), x.dtype());
   if (out.numel() > 0) backend_of(x).rotary_embedding(v, cos, sin, inverse, out);
-  return out.as_strided_raw(x.sizes(), contiguous_strides(x.sizes()), 0);
+  return x.dim() == 4 ? out : out.as_strided_raw(x.sizes(), contiguous_strides(x.sizes()), 0);
 }
 }  // namespace
 

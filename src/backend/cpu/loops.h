@@ -178,6 +178,8 @@ void load_run(const char* p, int64_t stride, DType dt, C* buf, int64_t n) {
     if (stride == static_cast<int64_t>(sizeof(T))) {
       const T* src = reinterpret_cast<const T*>(p);
       for (int64_t i = 0; i < n; ++i) buf[i] = convert<C>(src[i]);
+    } else if (stride == 0) {  // a broadcast operand (a 0-d scale, a bias): one value, filled
+      std::fill(buf, buf + n, convert<C>(*reinterpret_cast<const T*>(p)));
     } else {
       for (int64_t i = 0; i < n; ++i)
         buf[i] = convert<C>(*reinterpret_cast<const T*>(p + i * stride));

@@ -1,7 +1,7 @@
 // Layer norm (and RMS norm: no mean) over the columns of [rows, cols] and batch norm over (N, S) of
-// [N, C, S], with their backwards. Statistics are two-pass (mean, then centred squares) with sums
-// in double, so float32 results do not drift with large rows or batches. Half types are computed in
-// float32 copies.
+// [N, C, S], with their backwards. Statistics are two-pass (mean, then centred squares); sums run
+// in the compute type over short blocks whose sums are added in double, so float32 results do not
+// drift with large rows or batches. Half types are computed in float32 copies.
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -22,23 +22,36 @@ T* mut_ptr(const Tensor& t) {
   return t.defined() ? t.data_ptr<T>() : nullptr;
 }
 
-// Sum of p[0..n) in double (vectorised with independent lanes).
+// Sums run in T (vectorised with independent lanes) over blocks of kSumBlock elements, and the
+// blocks' sums are added in double: float32 results do not drift with large rows or batches, at
+// the cost of float32 arithmetic (double lanes are half as wide and need a conversion each).
+constexpr int64_t kSumBlock = 256;
+
+// Sum of p[0..n).
 template <typename T>
 double sum_d(const T* p, int64_t n) {
   double s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(p[i]);
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    const int64_t e = std::min(n, b + kSumBlock);
+    T part = 0;
+#pragma omp simd reduction(+ : part)
+    for (int64_t i = b; i < e; ++i) part += p[i];
+    s += static_cast<double>(part);
+  }
   return s;
 }
 
-// Sum of (p[i] - m)^2 in double.
+// Sum of (p[i] - m)^2.
 template <typename T>
 double sq_dev_d(const T* p, int64_t n, double m) {
+  const T mt = static_cast<T>(m);
   double s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(p[i]) - m;
-    s += d * d;
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    const int64_t e = std::min(n, b + kSumBlock);
+    T part = 0;
+#pragma omp simd reduction(+ : part)
+    for (int64_t i = b; i < e; ++i) part += (p[i] - mt) * (p[i] - mt);
+    s += static_cast<double>(part);
   }
   return s;
 }
@@ -74,67 +87,84 @@ void layer_norm_fwd(const T* x, const T* w, const T* b, double eps, T* y, T* mea
   });
 }
 
-// gx = rstd * (g w - mean(g w) - xhat * mean(g w xhat)); gw = sum_rows g xhat; gb = sum_rows g.
+// Row r of gx = rstd * (g w - mean(g w) - xhat * mean(g w xhat)), xhat = (x - mean) * rstd.
+template <typename T>
+void layer_norm_bwd_row(const T* gr, const T* xr, const T* w, T m, T rs, bool centred, T* out,
+                        int64_t cols) {
+  double a = 0, bsum = 0;
+  for (int64_t b = 0; b < cols; b += kSumBlock) {
+    T pa = 0, pb = 0;
+#pragma omp simd reduction(+ : pa, pb)
+    for (int64_t c = b; c < std::min(cols, b + kSumBlock); ++c) {
+      const T gw_ = w ? gr[c] * w[c] : gr[c];
+      pa += gw_;
+      pb += gw_ * (xr[c] - m) * rs;
+    }
+    a += static_cast<double>(pa);
+    bsum += static_cast<double>(pb);
+  }
+  // (RMS normalisation has no mean to differentiate through.)
+  const T ma = centred ? static_cast<T>(a / static_cast<double>(cols)) : T(0);
+  const T mb = static_cast<T>(bsum / static_cast<double>(cols));
+#pragma omp simd
+  for (int64_t c = 0; c < cols; ++c) {
+    const T gw_ = w ? gr[c] * w[c] : gr[c];
+    out[c] = rs * (gw_ - ma - (xr[c] - m) * rs * mb);
+  }
+}
+
+// gx (above); gw = sum_rows g xhat; gb = sum_rows g.
+//
+// One pass over g and x: the rows are cut into chunks of at least 64 rows (at most 64 chunks), a
+// cut that depends on the shape alone; each task takes whole chunks, writes their rows of gx and
+// their column sums, and the chunks' sums are added in chunk order in double, so neither gx nor
+// the sums depend on the thread count. Within a chunk the column sums run in T over groups of
+// kSumRows rows, each group's added to the chunk's in double. A transformer's norm has few columns
+// and many rows: splitting only the columns left one thread doing it all, and a second pass for
+// the column sums read g and x again. The partial sums take at most 1/16 of the input's memory.
+constexpr int64_t kSumRows = 64;
 template <typename T>
 void layer_norm_bwd(const T* g, const T* x, const T* w, const T* mean, const T* rstd, T* gx, T* gw,
                     T* gb, int64_t rows, int64_t cols) {
-  if (gx) {
-    parallel_for(rows, std::max<int64_t>(1, kGrain / cols), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const T* gr = g + r * cols;
-        const T* xr = x + r * cols;
-        T* out = gx + r * cols;
-        const T m = mean ? mean[r] : T(0), rs = rstd[r];
-        double a = 0, bsum = 0;
-#pragma omp simd reduction(+ : a, bsum)
-        for (int64_t c = 0; c < cols; ++c) {
-          const T gw_ = w ? gr[c] * w[c] : gr[c];
-          a += static_cast<double>(gw_);
-          bsum += static_cast<double>(gw_ * (xr[c] - m) * rs);
-        }
-        // (RMS normalisation has no mean to differentiate through.)
-        const T ma = mean ? static_cast<T>(a / static_cast<double>(cols)) : T(0);
-        const T mb = static_cast<T>(bsum / static_cast<double>(cols));
-#pragma omp simd
-        for (int64_t c = 0; c < cols; ++c) {
-          const T gw_ = w ? gr[c] * w[c] : gr[c];
-          out[c] = rs * (gw_ - ma - (xr[c] - m) * rs * mb);
-        }
-      }
-    });
-  }
-  if (!gw && !gb) return;
-  // Column sums in double. The rows are cut into at most 64 chunks of at least 64 rows, a cut
-  // that depends on the shape alone (not on the thread count, so neither do the sums); each
-  // chunk's partial sums are computed in parallel, then added in chunk order. A transformer's
-  // LayerNorm has few columns and many rows: splitting only the columns left one thread doing it
-  // all. The partial sums take at most 1/16 of the input's memory.
   const int64_t chunk_rows = std::max<int64_t>(64, (rows + 63) / 64);
   const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
-  std::vector<double> partial(static_cast<size_t>(chunks * 2 * cols));
+  const int64_t sums = (gw ? cols : 0) + (gb ? cols : 0);  // gw's, then gb's
+  std::vector<double> partial(static_cast<size_t>(chunks * sums));
+  auto chunk = [&](int64_t k, T* group) {
+    double* part = partial.data() + k * sums;
+    std::fill(part, part + sums, 0.0);
+    const int64_t end = std::min(rows, (k + 1) * chunk_rows);
+    for (int64_t r0 = k * chunk_rows; r0 < end; r0 += kSumRows) {
+      std::fill(group, group + sums, T(0));
+      T* sw = gw ? group : nullptr;
+      T* sb = gb ? group + (gw ? cols : 0) : nullptr;
+      for (int64_t r = r0; r < std::min(end, r0 + kSumRows); ++r) {
+        const T* gr = g + r * cols;
+        const T* xr = x + r * cols;
+        const T m = mean ? mean[r] : T(0), rs = rstd[r];
+        if (gx) layer_norm_bwd_row(gr, xr, w, m, rs, mean != nullptr, gx + r * cols, cols);
+        if (sw) {
+#pragma omp simd
+          for (int64_t c = 0; c < cols; ++c) sw[c] += gr[c] * ((xr[c] - m) * rs);
+        }
+        if (sb) {
+#pragma omp simd
+          for (int64_t c = 0; c < cols; ++c) sb[c] += gr[c];
+        }
+      }
+      for (int64_t c = 0; c < sums; ++c) part[c] += static_cast<double>(group[c]);
+    }
+  };
   parallel_for(chunks, std::max<int64_t>(1, kGrain / (chunk_rows * cols)),
                [&](int64_t k0, int64_t k1) {
-                 for (int64_t k = k0; k < k1; ++k) {
-                   double* sw = partial.data() + k * 2 * cols;
-                   double* sb = sw + cols;
-                   std::fill(sw, sw + 2 * cols, 0.0);
-                   for (int64_t r = k * chunk_rows; r < std::min(rows, (k + 1) * chunk_rows); ++r) {
-                     const T* gr = g + r * cols;
-                     const T* xr = x + r * cols;
-                     const T m = mean ? mean[r] : T(0), rs = rstd[r];
-#pragma omp simd
-                     for (int64_t c = 0; c < cols; ++c) {
-                       sw[c] += static_cast<double>(gr[c] * ((xr[c] - m) * rs));
-                       sb[c] += static_cast<double>(gr[c]);
-                     }
-                   }
-                 }
+                 std::vector<T> group(static_cast<size_t>(sums));
+                 for (int64_t k = k0; k < k1; ++k) chunk(k, group.data());
                });
   for (int64_t c = 0; c < cols; ++c) {
     double sw = 0, sb = 0;
     for (int64_t k = 0; k < chunks; ++k) {
-      sw += partial[static_cast<size_t>(k * 2 * cols + c)];
-      sb += partial[static_cast<size_t>(k * 2 * cols + cols + c)];
+      if (gw) sw += partial[static_cast<size_t>(k * sums + c)];
+      if (gb) sb += partial[static_cast<size_t>(k * sums + (gw ? cols : 0) + c)];
     }
     if (gw) gw[c] = static_cast<T>(sw);
     if (gb) gb[c] = static_cast<T>(sb);

@@ -7,17 +7,19 @@ namespace gradus::backend::cpu {
 namespace {
 
 template <typename T>
-void rotate_rows(const Tensor& x, const T* cos, const T* sin, bool inverse, T* out) {
+void rotate_rows(const Tensor& x, const T* cos, const T* sin, bool inverse, const Tensor& out) {
   const int64_t b = x.size(0), h = x.size(1), t = x.size(2), d = x.size(3), half = d / 2;
   const int64_t sb = x.stride(0), sh = x.stride(1), st = x.stride(2);
+  const int64_t ob = out.stride(0), oh = out.stride(1), ot = out.stride(2);
   const T* xp = x.data_ptr<T>();
+  T* op = out.data_ptr<T>();
   const T sign = inverse ? T(-1) : T(1);
   parallel_for(b * h * t, std::max<int64_t>(1, kGrain / std::max<int64_t>(d, 1)),
                [&](int64_t r0, int64_t r1) {
                  for (int64_t r = r0; r < r1; ++r) {
                    const int64_t bi = r / (h * t), hi = (r / t) % h, ti = r % t;
                    const T* xr = xp + bi * sb + hi * sh + ti * st;
-                   T* o = out + r * d;
+                   T* o = op + bi * ob + hi * oh + ti * ot;
                    const T* c = cos + ti * half;
                    const T* s = sin + ti * half;
 #pragma omp simd
@@ -39,7 +41,7 @@ void CpuBackend::rotary_embedding(const Tensor& x, const Tensor& cos, const Tens
   const Tensor xf = f.in(x), cf = f.in(cos), sf = f.in(sin), of = f.out(out);
   dispatch_f(xf.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    rotate_rows<T>(xf, cf.data_ptr<T>(), sf.data_ptr<T>(), inverse, of.data_ptr<T>());
+    rotate_rows<T>(xf, cf.data_ptr<T>(), sf.data_ptr<T>(), inverse, of);
   });
   f.finish();
 }

@@ -112,9 +112,10 @@ struct RotaryArgs {
   DType dtype = DType::f32;
   int64_t b = 0, h = 0, t = 0, d = 0;  // x [B, H, T, D]
   int64_t sb = 0, sh = 0, st = 0;      // its strides (the last dim is unit-stride)
+  int64_t osb = 0, osh = 0, ost = 0;   // out's strides (the last dim is unit-stride)
   bool inverse = false;                // rotate by minus the angle (the backward)
 };
-// out [B, H, T, D] contiguous; cos, sin [T, D / 2] contiguous, all of a.dtype.
+// out [B, H, T, D]; cos, sin [T, D / 2] contiguous, all of a.dtype.
 void launch_rotary_embedding(const RotaryArgs& a, const void* x, const void* cos, const void* sin,
                              void* out, cudaStream_t stream);
 

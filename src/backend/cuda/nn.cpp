@@ -214,7 +214,8 @@ void CudaBackend::rotary_embedding(const Tensor& x, const Tensor& cos, const Ten
   // x keeps its (B, H, T) strides; a non-unit last dim or another dtype is copied first.
   const Tensor xc = x.dtype() == t && x.stride(3) == 1 ? x : contiguous_as(*this, x, t);
   const Tensor cc = contiguous_as(*this, cos, t), sc = contiguous_as(*this, sin, t);
-  const Tensor oc = o.get(out);
+  // out keeps its (B, H, T) strides too (the heads of a projection); other layouts are staged.
+  const Tensor oc = out.stride(3) == 1 ? out : o.get(out);
   RotaryArgs a;
   a.dtype = t;
   a.b = xc.size(0);
@@ -224,6 +225,9 @@ void CudaBackend::rotary_embedding(const Tensor& x, const Tensor& cos, const Ten
   a.sb = xc.stride(0);
   a.sh = xc.stride(1);
   a.st = xc.stride(2);
+  a.osb = oc.stride(0);
+  a.osh = oc.stride(1);
+  a.ost = oc.stride(2);
   a.inverse = inverse;
   launch_rotary_embedding(a, xc.raw_data(), cc.raw_data(), sc.raw_data(), oc.raw_data(),
                           stream_of(out.device().index()));

@@ -18,7 +18,7 @@ __global__ void __launch_bounds__(kThreads)
   const C x1 = load(xr + pair), x2 = load(xr + pair + half);
   const C c = load(cos + ti * half + pair);
   const C s = a.inverse ? -load(sin + ti * half + pair) : load(sin + ti * half + pair);
-  T* o = out + row * a.d;
+  T* o = out + bi * a.osb + hi * a.osh + ti * a.ost;
   o[pair] = convert<T>(x1 * c - x2 * s);
   o[pair + half] = convert<T>(x2 * c + x1 * s);
 }
