@@ -14,10 +14,15 @@ void rotate_rows(const Tensor& x, const T* cos, const T* sin, bool inverse, cons
   const T* xp = x.data_ptr<T>();
   T* op = out.data_ptr<T>();
   const T sign = inverse ? T(-1) : T(1);
+  // Rows in out's memory order: (b, t, h) for the heads of a projection ([B, T, H, D] memory),
+  // so that the writes are sequential.
+  const bool time_major = h > 1 && ot > oh;
   parallel_for(b * h * t, std::max<int64_t>(1, kGrain / std::max<int64_t>(d, 1)),
                [&](int64_t r0, int64_t r1) {
                  for (int64_t r = r0; r < r1; ++r) {
-                   const int64_t bi = r / (h * t), hi = (r / t) % h, ti = r % t;
+                   const int64_t bi = r / (h * t);
+                   const int64_t hi = time_major ? r % h : (r / t) % h;
+                   const int64_t ti = time_major ? (r / h) % t : r % t;
                    const T* xr = xp + bi * sb + hi * sh + ti * st;
                    T* o = op + bi * ob + hi * oh + ti * ot;
                    const T* c = cos + ti * half;
