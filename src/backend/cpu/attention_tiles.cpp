@@ -9,22 +9,13 @@
 #include <limits>
 #include <stdexcept>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "backend/cpu/avx512_dispatch.h"
-
-// GCC compiles the kernel for AVX-512 whatever the build's flags (the pragma), as conv.cpp does.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define GRADUS_ATTENTION_TILES_AVX512 1
-#else
-#define GRADUS_ATTENTION_TILES_AVX512 0
-#endif
+#include "backend/cpu/avx512_math.h"
 
 namespace gradus::backend::cpu::tile {
 
-#if GRADUS_ATTENTION_TILES_AVX512
+// GCC compiles the kernel for AVX-512 whatever the build's flags (the pragma), as conv.cpp does.
+#if GRADUS_AVX512_KERNELS
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
 // (Everything here is internal to this file, so the ABI note about passing __m512 is moot. GCC
@@ -34,6 +25,8 @@ namespace gradus::backend::cpu::tile {
 #pragma GCC diagnostic ignored "-Wpsabi"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+using avx512::exp16;
+using avx512::first_lanes;
 namespace {
 
 // A's element (r, p) is a[r * row_step + p * col_step].
@@ -146,32 +139,6 @@ void gemm(bool a_transposed, int64_t m, int64_t n, int64_t k, float alpha, const
 }
 
 namespace {
-
-// The mask of the first `count` lanes (count clamped to 0..16).
-__mmask16 first_lanes(int64_t count) {
-  if (count <= 0) return 0;
-  if (count >= 16) return 0xFFFF;
-  return static_cast<__mmask16>((1U << count) - 1U);
-}
-
-// e^x lane by lane: vec_math.h's exp (the same reduction and polynomial), with 2^n applied by
-// VSCALEFPS, which is exact down to the subnormal range.
-__m512 exp16(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0F));
-  x = _mm512_min_ps(x, _mm512_set1_ps(89.0F));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341F)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375F), x);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4F), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4F);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3F));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3F));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2F));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1F));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1F));
-  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0F));
-  return _mm512_scalef_ps(y, n);
-}
 
 // The 16 lanes reduced with op: halves folded with op8 (8 lanes), then op4 (4 lanes, scalar last).
 template <typename Op8, typename Op4>

@@ -12,6 +12,7 @@
 #include "backend/common/op_meta.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/swiglu.h"
 #include "backend/cpu/vec_math.h"
 
 namespace gradus::backend::cpu {
@@ -291,6 +292,7 @@ void binary_float(BinaryOp op, const C* x, const C* z, C* y, int64_t n, double a
     case BinaryOp::sign_mul:
       GRADUS_MAP2(a * sign_of(b))
     case BinaryOp::swiglu:
+      if constexpr (std::is_same_v<C, float>) return swiglu::forward(x, z, y, n);
       GRADUS_MAP2(a * m_sigmoid(a) * b)
     default:  // comparisons and logic are bool-valued: binary_pred
       GRADUS_MAP2(C(0))
