@@ -175,6 +175,12 @@ Tensor mm(const Tensor& a, const Tensor& b);
 Tensor bmm(const Tensor& a, const Tensor& b);
 // x [..., in] @ weight[out, in]^T + bias[out] (PyTorch's layout).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// The linear maps of one input, y_i = linear(x, weights[i], biases[i]) (biases empty, or one per
+// weight, each possibly undefined): the q, k and v projections of an attention, the gate and up
+// projections of a SwiGLU MLP. One op: its backward sums x's gradient over the maps inside the
+// GEMMs (accumulating into one buffer) instead of adding the maps' separate gradients.
+std::vector<Tensor> linears(const Tensor& x, const std::vector<Tensor>& weights,
+                            const std::vector<Tensor>& biases = {});
 
 // ------------------------------------------------------------- shape ops (src/ops/shape.cpp)
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);

@@ -51,6 +51,27 @@ std::pair<Tensor, Tensor> RotaryCache::tables(int64_t positions, Device device, 
   return {entry.first.narrow(0, 0, positions), entry.second.narrow(0, 0, positions)};
 }
 
+namespace {
+// The projections of one input by these modules: one linears op where all of them are plain
+// Linears (its backward sums x's gradient inside the GEMMs instead of adding one per
+// projection), else each module's own forward (the tensor-parallel splits).
+std::vector<Tensor> projections(const Tensor& x,
+                                std::initializer_list<const std::shared_ptr<Module>*> modules) {
+  std::vector<Tensor> weights, biases;
+  for (const std::shared_ptr<Module>* m : modules) {
+    const auto* linear = dynamic_cast<const Linear*>(m->get());
+    if (linear == nullptr) {
+      std::vector<Tensor> outs;
+      for (const std::shared_ptr<Module>* each : modules) outs.push_back((*each)->forward(x));
+      return outs;
+    }
+    weights.push_back(linear->weight);
+    biases.push_back(linear->bias);
+  }
+  return linears(x, weights, biases);
+}
+}  // namespace
+
 LlamaAttention::LlamaAttention(const LlamaConfig& c, std::shared_ptr<RotaryCache> rotary_)
     : n_head(c.n_head),
       n_kv_head(c.n_kv_head),
@@ -71,9 +92,10 @@ Tensor LlamaAttention::forward(const Tensor& x) {
     return y.reshape({b, t, h, head_dim}).transpose(1, 2);
   };
   const auto [cos, sin] = rotary->tables(t, x.device(), x.dtype());
-  const Tensor q = rotary_embedding(heads(q_proj->forward(x), n_head), cos, sin);
-  const Tensor k = rotary_embedding(heads(k_proj->forward(x), n_kv_head), cos, sin);
-  const Tensor v = heads(v_proj->forward(x), n_kv_head);
+  const std::vector<Tensor> qkv = projections(x, {&q_proj, &k_proj, &v_proj});
+  const Tensor q = rotary_embedding(heads(qkv[0], n_head), cos, sin);
+  const Tensor k = rotary_embedding(heads(qkv[1], n_kv_head), cos, sin);
+  const Tensor v = heads(qkv[2], n_kv_head);
   AttentionOptions o;
   o.causal = true;
   o.dropout_p = is_training() ? attention_dropout : 0.0;
@@ -94,7 +116,8 @@ LlamaMLP::LlamaMLP(const LlamaConfig& c) {
 }
 
 Tensor LlamaMLP::forward(const Tensor& x) {
-  return down_proj->forward(swiglu(gate_proj->forward(x), up_proj->forward(x)));
+  const std::vector<Tensor> gate_up = projections(x, {&gate_proj, &up_proj});
+  return down_proj->forward(swiglu(gate_up[0], gate_up[1]));
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<RotaryCache> rotary) {

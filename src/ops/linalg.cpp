@@ -71,12 +71,14 @@ Tensor merge_batch(const Tensor& t, int64_t nb) {
                             {batch_stride, src.stride(nb), src.stride(nb + 1)}, src.offset());
 }
 
-// out [B, M, N] = op(a) @ op(b) (+ bias). a, b: [B, *, *] raw views; K is the shared extent.
+// out [B, M, N] = op(a) @ op(b) (+ bias), or with accumulate, out += op(a) @ op(b) (no bias).
+// a, b: [B, *, *] raw views; K is the shared extent.
 void gemm_into(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out,
-               int64_t k, const Tensor& bias) {
+               int64_t k, const Tensor& bias, bool accumulate = false) {
   if (out.numel() == 0) return;
   Backend& be = backend_of(out);
-  if (k == 0) {  // an empty sum: zeros, plus the bias
+  if (k == 0 && accumulate) return;  // nothing to add
+  if (k == 0) {                      // an empty sum: zeros, plus the bias
     if (bias.defined()) {
       be.copy(broadcast_raw(bias, out.sizes()), out);
     } else {
@@ -88,6 +90,7 @@ void gemm_into(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, con
   GemmArgs args;
   args.trans_a = oa.trans;
   args.trans_b = ob.trans;
+  args.beta = accumulate ? 1.0 : 0.0;
   Tensor bias_c;
   if (bias.defined()) {
     bias_c = contiguous_raw(bias);
@@ -216,30 +219,52 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return matmul_impl("bmm", a, b);
 }
 
+namespace ops {
+namespace {
+// linear's argument checks (also each map of linears).
+void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_defined(op, {&x, &weight});
+  check_same_device(op, {&x, &weight, &bias});
+  GRADUS_CHECK(weight.dim() == 2, ShapeError, op,
+               ": weight must be 2-D [out_features, in_features], got ", shape_str(weight.sizes()));
+  GRADUS_CHECK(x.dim() >= 1, ShapeError, op,
+               ": input must have at least 1 dimension [..., in_features], got a 0-d tensor");
+  check_matmul_dtypes(op, x, weight);
+  const int64_t in_f = weight.size(1), out_f = weight.size(0);
+  GRADUS_CHECK(x.size(-1) == in_f, ShapeError, op, ": input features differ: input ",
+               shape_str(x.sizes()), " vs weight ", shape_str(weight.sizes()), " (", x.size(-1),
+               " vs ", in_f, ")");
+  if (bias.defined()) {
+    GRADUS_CHECK(bias.dim() == 1 && bias.size(0) == out_f, ShapeError, op,
+                 ": bias must have shape [", out_f, "] to match weight ", shape_str(weight.sizes()),
+                 ", got ", shape_str(bias.sizes()));
+    GRADUS_CHECK(bias.dtype() == x.dtype(), DTypeError, op, ": bias dtype ",
+                 dtype_name(bias.dtype()), " differs from the input's ", dtype_name(x.dtype()));
+  }
+}
+
+// dW [out, in] = g^T [out, rows] @ x [rows, in].
+Tensor weight_grad(const Tensor& g3, const Tensor& x3, int64_t rows, int64_t out_f, int64_t in_f) {
+  gradus::detail::count_kernel("linear.weight_grad");
+  Tensor gw = new_empty({1, out_f, in_f}, g3.dtype(), g3.device());
+  gemm_into(g3, true, x3, false, gw, rows, Tensor());
+  return gw.as_strided_raw({out_f, in_f}, {in_f, 1}, 0);
+}
+
+// db [out] = column sums of g.
+Tensor bias_grad(const Tensor& g3, int64_t rows, int64_t out_f) {
+  return sum(g3.as_strided_raw({rows, out_f}, {g3.stride(1), g3.stride(2)}, g3.offset()), {0});
+}
+}  // namespace
+}  // namespace ops
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   GRADUS_PROFILE_OP("linear");
   if (AutocastInputs cast{"linear", {&x, &weight, &bias}}) {
     return linear(cast[0], cast[1], cast[2]);
   }
-  check_defined("linear", {&x, &weight});
-  check_same_device("linear", {&x, &weight, &bias});
-  GRADUS_CHECK(weight.dim() == 2, ShapeError,
-               "linear: weight must be 2-D [out_features, in_features], got ",
-               shape_str(weight.sizes()));
-  GRADUS_CHECK(x.dim() >= 1, ShapeError,
-               "linear: input must have at least 1 dimension [..., in_features], got a 0-d tensor");
-  check_matmul_dtypes("linear", x, weight);
+  check_linear("linear", x, weight, bias);
   const int64_t in_f = weight.size(1), out_f = weight.size(0);
-  GRADUS_CHECK(x.size(-1) == in_f, ShapeError, "linear: input features differ: input ",
-               shape_str(x.sizes()), " vs weight ", shape_str(weight.sizes()), " (", x.size(-1),
-               " vs ", in_f, ")");
-  if (bias.defined()) {
-    GRADUS_CHECK(bias.dim() == 1 && bias.size(0) == out_f, ShapeError,
-                 "linear: bias must have shape [", out_f, "] to match weight ",
-                 shape_str(weight.sizes()), ", got ", shape_str(bias.sizes()));
-    GRADUS_CHECK(bias.dtype() == x.dtype(), DTypeError, "linear: bias dtype ",
-                 dtype_name(bias.dtype()), " differs from the input's ", dtype_name(x.dtype()));
-  }
   Shape lead(x.sizes().begin(), x.sizes().end() - 1);
   const int64_t rows = shape_numel(lead);
   // x [rows, in] @ weight^T: weight is passed as stored with trans_b (no transpose copy).
@@ -251,27 +276,77 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   out_shape.push_back(out_f);
   out = out.as_strided_raw(out_shape, contiguous_strides(out_shape), 0);
 
-  return record(
-      "linear", out, {x, weight, bias},
-      [sx = SavedTensor(x3), sw = SavedTensor(w3), mx = InputMeta(x), rows, in_f, out_f](
+  return record("linear", out, {x, weight, bias},
+                [sx = SavedTensor(x3), sw = SavedTensor(w3), mx = InputMeta(x), rows, in_f, out_f](
+                    const TensorList& g, const NeedsGrad& needs) {
+                  const Tensor g3 = as_matrix3(g[0], rows, out_f);
+                  TensorList grads(3);
+                  if (needs[0]) {  // dx [rows, in] = g [rows, out] @ W [out, in]
+                    gradus::detail::count_kernel("linear.input_grad");
+                    Tensor gx = new_empty({1, rows, in_f}, g3.dtype(), g3.device());
+                    gemm_into(g3, false, sw.get(), false, gx, out_f, Tensor());
+                    grads[0] = gx.as_strided_raw(mx.shape, contiguous_strides(mx.shape), 0);
+                  }
+                  if (needs[1]) grads[1] = weight_grad(g3, sx.get(), rows, out_f, in_f);
+                  if (needs[2]) grads[2] = bias_grad(g3, rows, out_f);
+                  return grads;
+                });
+}
+
+std::vector<Tensor> linears(const Tensor& x, const std::vector<Tensor>& weights,
+                            const std::vector<Tensor>& biases) {
+  GRADUS_PROFILE_OP("linears");
+  const size_t n = weights.size();
+  GRADUS_CHECK(n > 0, ValueError, "linears: no weights");
+  GRADUS_CHECK(biases.empty() || biases.size() == n, ValueError, "linears: ", biases.size(),
+               " biases for ", n, " weights (give none, or one per weight: undefined for none)");
+  const auto bias = [&](size_t i) { return biases.empty() ? Tensor() : biases[i]; };
+  if (autocast_state().enabled) {  // each map autocast as linear is
+    std::vector<Tensor> outs;
+    for (size_t i = 0; i < n; ++i) outs.push_back(linear(x, weights[i], bias(i)));
+    return outs;
+  }
+  for (size_t i = 0; i < n; ++i) check_linear("linears", x, weights[i], bias(i));
+  const int64_t in_f = x.size(-1);
+  const Shape lead(x.sizes().begin(), x.sizes().end() - 1);
+  const int64_t rows = shape_numel(lead);
+  const Tensor x3 = as_matrix3(x, rows, in_f);
+  TensorList inputs{x}, outs;
+  std::vector<SavedTensor> saved_w;
+  std::vector<int64_t> out_fs;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t out_f = weights[i].size(0);
+    const Tensor w3 = as_matrix3(weights[i], out_f, in_f);
+    Tensor out = new_empty({1, rows, out_f}, x.dtype(), x.device());
+    gemm_into(x3, false, w3, true, out, in_f, bias(i));
+    Shape out_shape = lead;
+    out_shape.push_back(out_f);
+    outs.push_back(out.as_strided_raw(out_shape, contiguous_strides(out_shape), 0));
+    inputs.push_back(weights[i]);
+    saved_w.emplace_back(w3);
+    out_fs.push_back(out_f);
+  }
+  for (size_t i = 0; i < n; ++i) inputs.push_back(bias(i));
+
+  return record_multi(
+      "linears", std::move(outs), inputs,
+      [sx = SavedTensor(x3), saved_w = std::move(saved_w), out_fs, mx = InputMeta(x), rows, in_f](
           const TensorList& g, const NeedsGrad& needs) {
-        const Tensor g3 = as_matrix3(g[0], rows, out_f);
-        TensorList grads(3);
-        if (needs[0]) {  // dx [rows, in] = g [rows, out] @ W [out, in]
+        const size_t maps = out_fs.size();
+        TensorList grads(1 + 2 * maps);
+        if (needs[0]) {  // dx [rows, in] = sum_i g_i [rows, out_i] @ W_i [out_i, in], in place
           gradus::detail::count_kernel("linear.input_grad");
-          Tensor gx = new_empty({1, rows, in_f}, g3.dtype(), g3.device());
-          gemm_into(g3, false, sw.get(), false, gx, out_f, Tensor());
+          Tensor gx = new_empty({1, rows, in_f}, g[0].dtype(), g[0].device());
+          for (size_t i = 0; i < maps; ++i) {
+            gemm_into(as_matrix3(g[i], rows, out_fs[i]), false, saved_w[i].get(), false, gx,
+                      out_fs[i], Tensor(), i > 0);
+          }
           grads[0] = gx.as_strided_raw(mx.shape, contiguous_strides(mx.shape), 0);
         }
-        if (needs[1]) {  // dW [out, in] = g^T [out, rows] @ x [rows, in]
-          gradus::detail::count_kernel("linear.weight_grad");
-          Tensor gw = new_empty({1, out_f, in_f}, g3.dtype(), g3.device());
-          gemm_into(g3, true, sx.get(), false, gw, rows, Tensor());
-          grads[1] = gw.as_strided_raw({out_f, in_f}, {in_f, 1}, 0);
-        }
-        if (needs[2]) {  // db [out] = column sums of g
-          grads[2] =
-              sum(g3.as_strided_raw({rows, out_f}, {g3.stride(1), g3.stride(2)}, g3.offset()), {0});
+        for (size_t i = 0; i < maps; ++i) {
+          const Tensor g3 = as_matrix3(g[i], rows, out_fs[i]);
+          if (needs[1 + i]) grads[1 + i] = weight_grad(g3, sx.get(), rows, out_fs[i], in_f);
+          if (needs[1 + maps + i]) grads[1 + maps + i] = bias_grad(g3, rows, out_fs[i]);
         }
         return grads;
       });

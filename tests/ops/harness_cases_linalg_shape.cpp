@@ -60,6 +60,16 @@ std::vector<OpCase> linalg_shape_cases() {
   c.push_back(op("linear_large", {f({16, 65}), f({33, 65}), f({33})}, [](const Inputs& x) {
                 return linear(x[0], x[1], x[2]);
               }).tolerance(4));
+  // The projections of one input: q, k, v with biases (one of them missing), and a SwiGLU's
+  // gate and up without, on a strided input.
+  c.push_back(opn("linears", {f({2, 3, 7}), f({4, 7}), f({2, 7}), f({3, 7}), f({4}), f({3})},
+                  [](const Inputs& x) {
+                    return linears(x[0], {x[1], x[2], x[3]}, {x[4], Tensor(), x[5]});
+                  }));
+  c.push_back(opn("linears_noncontig", {f({6, 7}, L::strided), f({5, 7}, L::transposed), f({5, 7})},
+                  [](const Inputs& x) {
+                    return linears(x[0], {x[1], x[2]});
+                  }));
 
   // --------------------------------------------------------------------------- views and copies
   const auto& fi = kFloatInt;

@@ -7,6 +7,7 @@
 namespace gradus {
 namespace {
 
+using testing::all_close;
 using testing::fresh_seed;
 using testing::grad_input;
 using testing::gradcheck;
@@ -256,6 +257,71 @@ TEST(LinearGrad, FiniteDifferences) {
   std::vector<double> expect;
   for (int r = 0; r < 4; ++r) expect.insert(expect.end(), wsum.begin(), wsum.end());
   EXPECT_TRUE(values_match(x.grad(), {4, 5}, expect));
+}
+
+// linears against one linear per map, float32 at the Llama's projection shapes (q, k, v and a
+// SwiGLU's gate and up): the same outputs bitwise (the same GEMMs), the same weight and bias
+// gradients, and x's gradient summed inside the GEMMs within float32 rounding of the sum of the
+// maps' gradients. A map whose output is not used passes zeros (its weight's gradient is zeros,
+// where linear would leave it undefined).
+TEST(Linears, MatchOneLinearPerMapAndSumTheInputGradientInPlace) {
+  const uint64_t s = fresh_seed();
+  const TensorOptions f32{.dtype = DType::f32};
+  const std::vector<std::pair<std::vector<int64_t>, bool>> cases{{{96, 24, 24}, true},
+                                                                 {{176, 176}, false}};
+  for (const auto& [outs, use_all] : cases) {
+    const Tensor x0 = random_tensor({2, 16, 64}, s).to(DType::f32);
+    std::vector<Tensor> w0, b0;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      w0.push_back(random_tensor({outs[i], 64}, s + 1 + i).to(DType::f32));
+      b0.push_back(i == 1 ? Tensor() : random_tensor({outs[i]}, s + 10 + i).to(DType::f32));
+    }
+    auto leaves = [&](std::vector<Tensor>& w, std::vector<Tensor>& b) {
+      for (size_t i = 0; i < outs.size(); ++i) {
+        w.push_back(w0[i].clone().set_requires_grad(true));
+        b.push_back(b0[i].defined() ? b0[i].clone().set_requires_grad(true) : Tensor());
+      }
+      return x0.clone().set_requires_grad(true);
+    };
+    std::vector<Tensor> wf, bf, ws, bs;
+    Tensor xf = leaves(wf, bf), xs = leaves(ws, bs);
+    const std::vector<Tensor> fused = linears(xf, wf, bf);
+    std::vector<Tensor> separate;
+    for (size_t i = 0; i < outs.size(); ++i) separate.push_back(linear(xs, ws[i], bs[i]));
+    Tensor lf = zeros({}, f32), ls = zeros({}, f32);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      EXPECT_TRUE(all_close(fused[i], separate[i], 0, 0)) << "output " << i;
+      if (!use_all && i == 1) continue;
+      const Tensor r = random_tensor(fused[i].sizes(), s + 20 + i).to(DType::f32);
+      lf = add(lf, mul(fused[i], r).sum());
+      ls = add(ls, mul(separate[i], r).sum());
+    }
+    lf.backward();
+    ls.backward();
+    for (size_t i = 0; i < outs.size(); ++i) {
+      if (!use_all && i == 1) {  // unused: zeros through the one node, as a split's would be
+        EXPECT_FALSE(ws[i].grad().defined());
+        EXPECT_EQ(max(abs(wf[i].grad())).item(), 0.0);
+        continue;
+      }
+      EXPECT_TRUE(all_close(wf[i].grad(), ws[i].grad(), 0, 0)) << "weight " << i;
+      if (bf[i].defined()) {
+        EXPECT_TRUE(all_close(bf[i].grad(), bs[i].grad(), 0, 0)) << "bias " << i;
+      }
+    }
+    EXPECT_TRUE(all_close(xf.grad(), xs.grad(), 1e-5, 1e-5));
+    EXPECT_GT(max(abs(xf.grad())).item(), 0.1);
+  }
+}
+
+TEST(Linears, ClearTypedErrors) {
+  GRADUS_EXPECT_ERROR(linears(zeros({8, 4}), {}), ValueError, "linears", "no weights");
+  GRADUS_EXPECT_ERROR(linears(zeros({8, 4}), {zeros({3, 4}), zeros({2, 4})}, {zeros({3})}),
+                      ValueError, "linears", "1 biases for 2 weights");
+  GRADUS_EXPECT_ERROR(linears(zeros({8, 4}), {zeros({3, 4}), zeros({2, 5})}), ShapeError, "linears",
+                      "[2, 5]", "4 vs 5");
+  GRADUS_EXPECT_ERROR(linears(zeros({8, 4}), {zeros({3, 4})}, {zeros({2})}), ShapeError, "linears",
+                      "bias", "[3]");
 }
 
 TEST(LinearErrors, ClearTypedErrors) {
