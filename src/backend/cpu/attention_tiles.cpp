@@ -16,15 +16,7 @@ namespace gradus::backend::cpu::tile {
 
 // GCC compiles the kernel for AVX-512 whatever the build's flags (the pragma), as conv.cpp does.
 #if GRADUS_AVX512_KERNELS
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
-// (Everything here is internal to this file, so the ABI note about passing __m512 is moot. GCC
-// 12's own AVX-512 intrinsics start from _mm512_undefined_ps(), which it then reports as
-// -Wmaybe-uninitialized at -O3 and -Wuninitialized at -O1, the sanitized build's level.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
+GRADUS_AVX512_BEGIN
 using avx512::exp16;
 using avx512::first_lanes;
 namespace {
@@ -244,8 +236,7 @@ void softmax_backward(float* p, float* ds, int64_t ld, int64_t rows, const Visib
   }
 }
 
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
+GRADUS_AVX512_END
 
 bool avx512() {
   // Decided once: this is asked for every tile.

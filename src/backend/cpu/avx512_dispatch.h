@@ -1,6 +1,6 @@
 // The run-time choice between a hand-written AVX-512 copy of some kernels (compiled under
-// `#pragma GCC target` whatever the build's flags: conv.cpp, attention_tiles.cpp) and the copy
-// built for the build's own ISA.
+// `#pragma GCC target` whatever the build's flags: conv.cpp, attention_tiles.cpp, swiglu.cpp) and
+// the copy built for the build's own ISA.
 #pragma once
 
 #include <cstdlib>
@@ -19,9 +19,9 @@ inline bool cpu_has_avx512() {
 #endif
 }
 
-// True when the environment variable `name` (GRADUS_CONV_ISA, GRADUS_ATTENTION_ISA) is "base":
-// the build-ISA copy runs even on an AVX-512 CPU (tests cover both copies; also a way out should
-// AVX-512 ever misbehave somewhere).
+// True when the environment variable `name` (GRADUS_CONV_ISA, GRADUS_ATTENTION_ISA,
+// GRADUS_SWIGLU_ISA) is "base": the build-ISA copy runs even on an AVX-512 CPU (tests cover both
+// copies; also a way out should AVX-512 ever misbehave somewhere).
 inline bool isa_forced_base(const char* name) {
   const char* isa = std::getenv(name);
   return isa != nullptr && std::string_view(isa) == "base";

@@ -33,12 +33,7 @@ void backward_loop(const T* g, const T* x, const T* u, T* dx, T* du, int64_t n) 
 }
 
 #if GRADUS_AVX512_KERNELS
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
+GRADUS_AVX512_BEGIN
 using avx512::first_lanes;
 using avx512::sigmoid16;
 
@@ -66,8 +61,7 @@ void backward_avx512(const float* g, const float* x, const float* u, float* dx, 
   }
 }
 
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
+GRADUS_AVX512_END
 
 // Decided once (asked for every block of elements).
 bool use_avx512() {
