@@ -55,6 +55,43 @@ TEST(Rotary, TablesAndRotationAreTheFormula) {
   EXPECT_THROW(rotary_tables(4, 5, theta), ValueError);  // an odd head size has no pairs
 }
 
+// The heads of a [B, T, H * D] projection keep that memory order through RoPE and attention, so
+// merging attention's heads for o_proj is a view of its output; the values and the gradients back
+// to the projections match the same ops on contiguous [B, H, T, D] heads.
+TEST(Rotary, HeadsOfAProjectionStayInItsLayoutThroughAttention) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed);
+  const int64_t b = 2, t = 7, h = 4, kv = 2, d = 8;
+  const auto [cos, sin] = rotary_tables(t, d, 1e4, {});
+  const Tensor xq = random_tensor({b, t, h * d}, seed).to(DType::f32).set_requires_grad(true);
+  const Tensor xk = random_tensor({b, t, kv * d}, seed + 1).to(DType::f32).set_requires_grad(true);
+  const Tensor xv = random_tensor({b, t, kv * d}, seed + 2).to(DType::f32);
+  auto heads = [&](const Tensor& y, int64_t n) { return y.reshape({b, t, n, d}).transpose(1, 2); };
+  const Tensor q = rotary_embedding(heads(xq, h), cos, sin);
+  const Tensor k = rotary_embedding(heads(xk, kv), cos, sin);
+  EXPECT_TRUE(q.transpose(1, 2).is_contiguous()) << "strides " << shape_str(q.strides());
+  EXPECT_TRUE(k.transpose(1, 2).is_contiguous());
+  AttentionOptions o;
+  o.causal = true;
+  o.enable_gqa = true;
+  const Tensor y = scaled_dot_product_attention(q, k, heads(xv, kv), o);
+  const Tensor merged = y.transpose(1, 2).reshape({b, t, h * d});
+  EXPECT_EQ(merged.data_ptr<float>(), y.data_ptr<float>()) << "merging the heads copied";
+  const Tensor grad = random_tensor({b, t, h * d}, seed + 3).to(DType::f32);
+  merged.backward(grad);
+
+  // The same computation on contiguous heads.
+  const Tensor xq2 = xq.detach().clone().set_requires_grad(true);
+  const Tensor xk2 = xk.detach().clone().set_requires_grad(true);
+  const Tensor q2 = rotary_embedding(heads(xq2, h).contiguous(), cos, sin);
+  const Tensor k2 = rotary_embedding(heads(xk2, kv).contiguous(), cos, sin);
+  const Tensor y2 = scaled_dot_product_attention(q2, k2, heads(xv, kv).contiguous(), o);
+  EXPECT_TRUE(all_close(merged, y2.transpose(1, 2).reshape({b, t, h * d}), 1e-6, 1e-6));
+  y2.transpose(1, 2).reshape({b, t, h * d}).backward(grad);
+  EXPECT_TRUE(all_close(xq.grad(), xq2.grad(), 1e-5, 1e-6));
+  EXPECT_TRUE(all_close(xk.grad(), xk2.grad(), 1e-5, 1e-6));
+}
+
 TEST(RmsNorm, IsTheFormula) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE(seed);
