@@ -52,7 +52,9 @@ Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin, bool invers
   const Tensor v = as_bhtd(x);
   const Tensor out = new_heads_like(v, v.size(3), x.dtype());
   if (out.numel() > 0) backend_of(x).rotary_embedding(v, cos, sin, inverse, out);
-  return x.dim() == 4 ? out : out.as_strided_raw(x.sizes(), contiguous_strides(x.sizes()), 0);
+  // x itself as [B, H, T, D]: out is its shape; otherwise out is contiguous, read in x's shape.
+  return out.sizes() == x.sizes() ? out
+                                  : out.as_strided_raw(x.sizes(), contiguous_strides(x.sizes()), 0);
 }
 }  // namespace
 

@@ -285,6 +285,9 @@ std::vector<OpCase> nn_cases() {
   c.push_back(op("rotary_embedding_heads_transposed", {f({2, 5, 3, 4})},
                  [rope](const Inputs& x) { return rope(5, 4)({x[0].transpose(1, 2)}); }));
   c.push_back(op("rotary_embedding_rows", {f({3, 7, 6})}, rope(7, 6)));
+  // 4-D with a strided last dim: rotated through a contiguous copy, returned in x's shape.
+  c.push_back(op("rotary_embedding_strided_last_dim", {f({2, 3, 4, 5})},
+                 [rope](const Inputs& x) { return rope(5, 4)({x[0].transpose(2, 3)}); }));
 
   // -------------------------------------------------------------------------------- attention
   // The fused kernel; attention_test.cpp also checks it against the composite it replaces.
