@@ -243,6 +243,29 @@ void check_linear(const char* op, const Tensor& x, const Tensor& weight, const T
   }
 }
 
+// x3 [1, rows, in] @ W^T (+ bias) as a new tensor of shape lead + [out]; W is passed as stored
+// with trans_b (no transpose copy).
+Tensor project(const Tensor& x3, const Tensor& w3, const Tensor& bias, const Shape& lead) {
+  const int64_t rows = x3.size(1), in_f = x3.size(2), out_f = w3.size(1);
+  Tensor out = new_empty({1, rows, out_f}, x3.dtype(), x3.device());
+  gemm_into(x3, false, w3, true, out, in_f, bias);
+  Shape out_shape = lead;
+  out_shape.push_back(out_f);
+  return out.as_strided_raw(out_shape, contiguous_strides(out_shape), 0);
+}
+
+// dx [rows, in] = sum_i g_i [rows, out_i] @ W_i [out_i, in], accumulated in one buffer by the
+// GEMMs (beta = 1 after the first), in x's shape.
+Tensor input_grad(const TensorList& g3s, const std::vector<Tensor>& w3s, const InputMeta& mx,
+                  int64_t rows, int64_t in_f) {
+  gradus::detail::count_kernel("linear.input_grad");
+  Tensor gx = new_empty({1, rows, in_f}, g3s[0].dtype(), g3s[0].device());
+  for (size_t i = 0; i < g3s.size(); ++i) {
+    gemm_into(g3s[i], false, w3s[i], false, gx, w3s[i].size(1), Tensor(), i > 0);
+  }
+  return gx.as_strided_raw(mx.shape, contiguous_strides(mx.shape), 0);
+}
+
 // dW [out, in] = g^T [out, rows] @ x [rows, in].
 Tensor weight_grad(const Tensor& g3, const Tensor& x3, int64_t rows, int64_t out_f, int64_t in_f) {
   gradus::detail::count_kernel("linear.weight_grad");
@@ -265,28 +288,16 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   check_linear("linear", x, weight, bias);
   const int64_t in_f = weight.size(1), out_f = weight.size(0);
-  Shape lead(x.sizes().begin(), x.sizes().end() - 1);
+  const Shape lead(x.sizes().begin(), x.sizes().end() - 1);
   const int64_t rows = shape_numel(lead);
-  // x [rows, in] @ weight^T: weight is passed as stored with trans_b (no transpose copy).
   const Tensor x3 = as_matrix3(x, rows, in_f);
   const Tensor w3 = as_matrix3(weight, out_f, in_f);
-  Tensor out = new_empty({1, rows, out_f}, x.dtype(), x.device());
-  gemm_into(x3, false, w3, true, out, in_f, bias);
-  Shape out_shape = lead;
-  out_shape.push_back(out_f);
-  out = out.as_strided_raw(out_shape, contiguous_strides(out_shape), 0);
-
-  return record("linear", out, {x, weight, bias},
+  return record("linear", project(x3, w3, bias, lead), {x, weight, bias},
                 [sx = SavedTensor(x3), sw = SavedTensor(w3), mx = InputMeta(x), rows, in_f, out_f](
                     const TensorList& g, const NeedsGrad& needs) {
                   const Tensor g3 = as_matrix3(g[0], rows, out_f);
                   TensorList grads(3);
-                  if (needs[0]) {  // dx [rows, in] = g [rows, out] @ W [out, in]
-                    gradus::detail::count_kernel("linear.input_grad");
-                    Tensor gx = new_empty({1, rows, in_f}, g3.dtype(), g3.device());
-                    gemm_into(g3, false, sw.get(), false, gx, out_f, Tensor());
-                    grads[0] = gx.as_strided_raw(mx.shape, contiguous_strides(mx.shape), 0);
-                  }
+                  if (needs[0]) grads[0] = input_grad({g3}, {sw.get()}, mx, rows, in_f);
                   if (needs[1]) grads[1] = weight_grad(g3, sx.get(), rows, out_f, in_f);
                   if (needs[2]) grads[2] = bias_grad(g3, rows, out_f);
                   return grads;
@@ -313,43 +324,34 @@ std::vector<Tensor> linears(const Tensor& x, const std::vector<Tensor>& weights,
   const Tensor x3 = as_matrix3(x, rows, in_f);
   TensorList inputs{x}, outs;
   std::vector<SavedTensor> saved_w;
-  std::vector<int64_t> out_fs;
   for (size_t i = 0; i < n; ++i) {
-    const int64_t out_f = weights[i].size(0);
-    const Tensor w3 = as_matrix3(weights[i], out_f, in_f);
-    Tensor out = new_empty({1, rows, out_f}, x.dtype(), x.device());
-    gemm_into(x3, false, w3, true, out, in_f, bias(i));
-    Shape out_shape = lead;
-    out_shape.push_back(out_f);
-    outs.push_back(out.as_strided_raw(out_shape, contiguous_strides(out_shape), 0));
+    const Tensor w3 = as_matrix3(weights[i], weights[i].size(0), in_f);
+    outs.push_back(project(x3, w3, bias(i), lead));
     inputs.push_back(weights[i]);
     saved_w.emplace_back(w3);
-    out_fs.push_back(out_f);
   }
   for (size_t i = 0; i < n; ++i) inputs.push_back(bias(i));
 
-  return record_multi(
-      "linears", std::move(outs), inputs,
-      [sx = SavedTensor(x3), saved_w = std::move(saved_w), out_fs, mx = InputMeta(x), rows, in_f](
-          const TensorList& g, const NeedsGrad& needs) {
-        const size_t maps = out_fs.size();
-        TensorList grads(1 + 2 * maps);
-        if (needs[0]) {  // dx [rows, in] = sum_i g_i [rows, out_i] @ W_i [out_i, in], in place
-          gradus::detail::count_kernel("linear.input_grad");
-          Tensor gx = new_empty({1, rows, in_f}, g[0].dtype(), g[0].device());
-          for (size_t i = 0; i < maps; ++i) {
-            gemm_into(as_matrix3(g[i], rows, out_fs[i]), false, saved_w[i].get(), false, gx,
-                      out_fs[i], Tensor(), i > 0);
-          }
-          grads[0] = gx.as_strided_raw(mx.shape, contiguous_strides(mx.shape), 0);
-        }
-        for (size_t i = 0; i < maps; ++i) {
-          const Tensor g3 = as_matrix3(g[i], rows, out_fs[i]);
-          if (needs[1 + i]) grads[1 + i] = weight_grad(g3, sx.get(), rows, out_fs[i], in_f);
-          if (needs[1 + maps + i]) grads[1 + maps + i] = bias_grad(g3, rows, out_fs[i]);
-        }
-        return grads;
-      });
+  return record_multi("linears", std::move(outs), inputs,
+                      [sx = SavedTensor(x3), saved_w = std::move(saved_w), mx = InputMeta(x), rows,
+                       in_f](const TensorList& g, const NeedsGrad& needs) {
+                        const size_t maps = saved_w.size();
+                        TensorList g3s, w3s;
+                        for (size_t i = 0; i < maps; ++i) {
+                          w3s.push_back(saved_w[i].get());  // [1, out_i, in]
+                          g3s.push_back(as_matrix3(g[i], rows, w3s[i].size(1)));
+                        }
+                        TensorList grads(1 + 2 * maps);
+                        if (needs[0]) grads[0] = input_grad(g3s, w3s, mx, rows, in_f);
+                        for (size_t i = 0; i < maps; ++i) {
+                          if (needs[1 + i])
+                            grads[1 + i] =
+                                weight_grad(g3s[i], sx.get(), rows, w3s[i].size(1), in_f);
+                          if (needs[1 + maps + i])
+                            grads[1 + maps + i] = bias_grad(g3s[i], rows, w3s[i].size(1));
+                        }
+                        return grads;
+                      });
 }
 
 }  // namespace gradus

@@ -16,9 +16,9 @@ namespace gradus::backend::cpu {
 namespace swiglu {
 namespace {
 
-// The build-ISA loops (also float64's, through the template).
-template <typename T>
-void forward_loop(const T* a, const T* b, T* y, int64_t n) {
+// The build-ISA loops (the backward's also float64's, through the template; float64's forward is
+// elementwise.cpp's generic map).
+void forward_loop(const float* a, const float* b, float* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] * vec::sigmoid(a[i]) * b[i];
 }
