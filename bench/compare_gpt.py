@@ -4,7 +4,7 @@ and dtype.
 
     python3 bench/compare_gpt.py [--gradus build/apps/gradus/gradus] [--threads 2] [--repeats 5]
                                  [--device cpu|cuda] [--amp bf16] [--compile] [--cuda-graph]
-                                 [--model gpt|llama] [--kv-heads N] [--ffn-width N]
+                                 [--model gpt|llama] [--kv-heads N] [--ffn-width N] [--probe-cores]
 
 By default both sides run eager float32; --amp bf16 puts both under bf16 autocast, --compile
 runs PyTorch's model through torch.compile and --cuda-graph replays gradus's step as a CUDA graph
@@ -34,6 +34,8 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import core_balance  # bench/core_balance.py (--probe-cores)
 
 
 class Block(nn.Module):
@@ -193,13 +195,18 @@ def main():
                    help="bf16: both sides under autocast (gradus bench --amp bf16, torch.autocast)")
     p.add_argument("--compile", action="store_true",
                    help="PyTorch's model through torch.compile (its warm-up steps compile)")
+    p.add_argument("--probe-cores", action="store_true",
+                   help="before each repeat, how evenly the CPUs run (core_balance.py): the "
+                        "slowest / fastest single-thread rate, printed per repeat next to the ratio")
     p.add_argument("--cuda-graph", action="store_true",
                    help="gradus's step replayed as a CUDA graph (gradus bench --cuda-graph)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    g, t = [], []
+    g, t, balances = [], [], []
     for r in range(args.repeats):
+        if args.probe_cores:
+            balances.append(round(core_balance.balance(core_balance.core_rates()), 3))
         order = [("gradus", gradus_run), ("torch", torch_run)]
         for name, fn in (order if r % 2 == 0 else order[::-1]):
             (g if name == "gradus" else t).append(fn(args))
@@ -219,7 +226,9 @@ def main():
                       "speedup": round(tm / gm, 3),
                       "median_pair_speedup": round(statistics.median(pairs), 3),
                       "gradus_runs": [round(x, 1) for x in g],
-                      "torch_runs": [round(x, 1) for x in t]}))
+                      "torch_runs": [round(x, 1) for x in t]}
+                     | ({"core_balance": balances,
+                         "pair_speedups": [round(x, 3) for x in pairs]} if balances else {})))
 
 
 if __name__ == "__main__":
