@@ -8,6 +8,7 @@
 #include <numbers>
 #include <thread>
 
+#include "backend/cpu/balanced_gemm.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "backend_test_util.h"
 #include "gradus/core/cpu_kernels.h"
@@ -310,6 +311,90 @@ TEST(BackendOnednnGemm, Float32ProductsAreTheSameAtEveryThreadCount) {
     }
   }
   set_num_threads(saved);
+}
+
+// balanced_sgemm (what CpuBackend::gemm runs a float32 product without an epilogue on, where the
+// CPU has AVX-512): the product matches float64, and is bitwise the same at every thread count and
+// every cut between the threads, even the most uneven; C is cut by rows when it is taller than
+// wide, else by columns, and a product too narrow to cut runs on one thread.
+TEST(BackendBalancedGemm, ProductDoesNotDependOnTheThreadsOrTheCut) {
+  if (!onednn_f32_expected()) GTEST_SKIP() << backend::cpu::f32_gemm_description();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  struct Case {
+    int64_t m, n, k;
+    int a_layout, b_layout;
+    double alpha, beta;
+    bool trans_a, trans_b;
+  };
+  const Case cases[] = {
+      {512, 96, 64, 0, 1, 1.0, 0.0, false, false},  // rows; column-major b
+      {48, 400, 100, 2, 0, 0.5, 1.0, true, false},  // columns; a^T with a padded ld; beta
+      {300, 200, 33, 1, 2, 1.0, 1.0, false, true},  // rows; odd sizes, b^T padded
+      {8, 8, 4096, 0, 0, 1.0, 0.0, false, false}};  // too narrow to cut: one thread
+  const int saved = get_num_threads();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k));
+    const Tensor a = c.trans_a ? operand(1, c.k, c.m, c.a_layout, DType::f32, seed)
+                               : operand(1, c.m, c.k, c.a_layout, DType::f32, seed);
+    const Tensor b = c.trans_b ? operand(1, c.n, c.k, c.b_layout, DType::f32, seed + 1)
+                               : operand(1, c.k, c.n, c.b_layout, DType::f32, seed + 1);
+    const Tensor out0 = make({1, c.m, c.n}, uniform_values(c.m * c.n, seed + 2, -1, 1), DType::f32);
+    GemmArgs args;
+    args.alpha = c.alpha;
+    args.beta = c.beta;
+    args.trans_a = c.trans_a;
+    args.trans_b = c.trans_b;
+    const auto product = [&](const std::vector<double>* shares) {
+      Tensor out = make({1, c.m, c.n}, read(out0), DType::f32);
+      if (shares == nullptr) {
+        EXPECT_TRUE(backend::cpu::balanced_sgemm(a, b, out, args));
+      } else {
+        EXPECT_TRUE(backend::cpu::balanced_sgemm(a, b, out, args, *shares));
+      }
+      return read(out);
+    };
+    set_num_threads(1);
+    const std::vector<double> one = product(nullptr);
+    const std::vector<double> want = ref_gemm(a, b, out0, args);
+    ASSERT_EQ(one.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(one[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << "element " << i;
+    }
+    for (int threads : {2, 3, 4}) {
+      set_num_threads(threads);
+      EXPECT_EQ(product(nullptr), one) << threads << " threads, measured cut";
+      std::vector<double> uneven(threads, 0.9 / (threads - 1));  // the first thread slow
+      uneven[0] = 0.1;
+      std::vector<double> lopsided(threads, 0.01 / (threads - 1));  // the first does nearly all
+      lopsided[0] = 0.99;
+      EXPECT_EQ(product(&uneven), one) << threads << " threads, first thread 10%";
+      EXPECT_EQ(product(&lopsided), one) << threads << " threads, first thread 99%";
+    }
+  }
+  set_num_threads(saved);
+}
+
+// The shares follow the measured speeds: halfway to each thread's part of the team's speed per
+// timed product, never below a tenth of an even share, untouched by a timing with a zero.
+TEST(BackendBalancedGemm, SharesFollowTheMeasuredSpeeds) {
+  backend::cpu::balanced_gemm_shares(1);  // a team of a new size starts even
+  std::vector<double> shares = backend::cpu::balanced_gemm_shares(2);
+  ASSERT_EQ(shares, (std::vector<double>{0.5, 0.5}));
+  // Thread 0 computed as many rows as thread 1 in half the time: twice as fast, 2/3 of the speed.
+  backend::cpu::record_balanced_gemm_timing({512, 512}, {0.001, 0.002});
+  shares = backend::cpu::balanced_gemm_shares(2);
+  EXPECT_NEAR(shares[0], 0.5 * 0.5 + 0.5 * 2.0 / 3.0, 1e-12);
+  EXPECT_NEAR(shares[0] + shares[1], 1.0, 1e-12);
+  backend::cpu::record_balanced_gemm_timing({512, 512}, {0.0, 0.002});
+  EXPECT_EQ(backend::cpu::balanced_gemm_shares(2), shares);  // a zero time is no measurement
+  for (int i = 0; i < 40; ++i) {
+    backend::cpu::record_balanced_gemm_timing({960, 64}, {0.001, 10.0});  // thread 1 crawls
+  }
+  shares = backend::cpu::balanced_gemm_shares(2);
+  EXPECT_GT(shares[1], 0.04);  // the floor: a tenth of an even share, then normalised
+  EXPECT_LT(shares[1], 0.06);
+  backend::cpu::balanced_gemm_shares(1);  // leave the next products an even start
 }
 
 TEST(BackendHalfGemm, TakesTheNativePathExactlyWhereTheCpuHasBf16) {

@@ -9,6 +9,7 @@
 #include <cblas.h>
 
 #include "backend/common/layout.h"
+#include "backend/cpu/balanced_gemm.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/loops.h"
 #include "backend/cpu/onednn_gemm.h"
@@ -214,6 +215,7 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& out, const
   GRADUS_CHECK(is_floating(dt), DTypeError, "gemm: expected a floating dtype, got ",
                dtype_name(dt));
   if (dt == DType::bf16 && onednn_gemm(*this, a, b, out, args)) return;
+  if (balanced_sgemm(a, b, out, args)) return;  // float32 without an epilogue, on AVX-512
   if (dt == DType::f32 && onednn_f32_gemm()) {
     const MatrixView vo = matrix_view(out), va = matrix_view(a);
     const int64_t k = args.trans_a ? va.rows : va.cols;
