@@ -4,8 +4,10 @@
 // operand (unit stride on the second-to-last axis) is the row-major transpose with the transpose
 // flag flipped, and a column-major output computes C^T = op(B)^T op(A)^T. Anything else is made
 // contiguous first. bf16 runs on the CPU's bf16 instructions where it has them, and float32 on
-// oneDNN's AVX-512 kernels where the CPU has AVX-512 (onednn_gemm.h); otherwise f16/bf16 are
-// converted to f32, multiplied with sgemm and rounded back.
+// oneDNN's AVX-512 kernels where the CPU has AVX-512: a single product without a bias or
+// activation on oneDNN's sgemm, cut between the threads by their measured speed
+// (balanced_gemm.h), the others on oneDNN's matmul with the epilogue fused (onednn_gemm.h);
+// otherwise f16/bf16 are converted to f32, multiplied with sgemm and rounded back.
 #include <cblas.h>
 
 #include "backend/common/layout.h"
